@@ -1,0 +1,51 @@
+"""The `aiayn` command line: ``aiayn data | train | average | evaluate | translate | bench``.
+
+Each sub-command lives in the module that owns its work and is imported lazily, so that
+``aiayn translate`` does not pay for the training code and vice versa. A sub-command is a
+function ``main(argv: list[str]) -> int`` in the module named below.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: sub-command -> (module, function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "data": ("aiayn.data", "cli_main", "obtain and prepare parallel data (Ding, TSV, Moses) and the SentencePiece model"),
+    "train": ("aiayn.train", "cli_main", "train a Transformer with the paper's recipe (Section 5); torchrun for DDP"),
+    "average": ("aiayn.train", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
+    "evaluate": ("aiayn.evaluate", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
+    "translate": ("aiayn.translator", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),
+    "bench": ("benchmarks.__main__", "main", "speed and memory against torch.nn.Transformer"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: aiayn <command> [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines += ["", "`aiayn <command> --help` shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``aiayn`` console script; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"aiayn: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module, func, _ = COMMANDS[name]
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except ImportError as exc:  # pragma: no cover - only when an optional part is missing
+        print(f"aiayn {name}: cannot load {module}: {exc}", file=sys.stderr)
+        return 2
+    code = fn(rest)
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
