@@ -1,0 +1,189 @@
+"""Scaled dot-product attention (Equation 1) and multi-head attention (Section 3.2.2).
+
+Mask convention, used everywhere in :mod:`aiayn`: a **bool tensor, True = may attend**, broadcastable to
+``(B, H, T, S)`` (queries T, keys S). It is converted at one place only, the call into
+``F.scaled_dot_product_attention`` (which shares the convention). A query row whose keys are all
+masked gets all-zero weights and a zero output, never NaN.
+
+Two paths give the same outputs:
+
+* the **fast path** (:func:`torch.nn.functional.scaled_dot_product_attention`) when nobody asks for the
+  weights;
+* the **capture path**, an explicit ``softmax(QK^T / sqrt(d_k))`` that also returns the per-head weights
+  (post-softmax, pre-dropout) and, on request, the scaled pre-softmax scores.
+
+Nothing is stored on a module: weights are returned as values, so one model can serve many threads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class AttentionOutput:
+    """What :func:`scaled_dot_product_attention` and :class:`MultiHeadAttention` return.
+
+    Attributes:
+        output: ``(B, H, T, d_v)`` from the function, ``(B, T, d_model)`` from the module; float.
+        weights: ``(B, H, T, S)`` post-softmax, pre-dropout weights, or None on the fast path.
+        scores: ``(B, H, T, S)`` scaled pre-softmax scores ``QK^T / sqrt(d_k)`` before masking, or None.
+    """
+
+    output: Tensor
+    weights: Tensor | None = None
+    scores: Tensor | None = None
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    need_scores: bool = False,
+) -> AttentionOutput:
+    """``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`` (Equation 1, Section 3.2.1).
+
+    Args:
+        q: ``(B, H, T, d_k)`` queries.
+        k: ``(B, H, S, d_k)`` keys.
+        v: ``(B, H, S, d_v)`` values.
+        mask: bool, True = may attend, broadcastable to ``(B, H, T, S)``; None attends everywhere.
+        dropout_p: dropout on the weights (training only; the returned weights are pre-dropout).
+        need_weights: take the capture path and return the weights.
+        need_scores: also return the scaled pre-softmax scores (implies the capture path).
+
+    Returns:
+        :class:`AttentionOutput`; ``output`` is ``(B, H, T, d_v)``. Rows with no key to attend to are 0.
+
+    Raises:
+        ValueError: ``mask`` is not a bool tensor.
+    """
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError(f"attention masks are bool tensors (True = may attend), got {mask.dtype}")
+    d_k = q.size(-1)
+    if not (need_weights or need_scores):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        if mask is not None:
+            # SDPA gives NaN for a row whose keys are all masked: make it 0, as the capture path does.
+            row_ok = mask.any(dim=-1, keepdim=True)
+            if not bool(row_ok.all()):
+                out = out.masked_fill(~row_ok, 0.0)
+        return AttentionOutput(out)
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        masked = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(masked.float(), dim=-1).to(q.dtype)
+        # A fully masked row is softmax(-inf, ..., -inf) = NaN: such rows attend to nothing.
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    else:
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    out = torch.matmul(dropped, v)
+    return AttentionOutput(out, weights, scores if need_scores else None)
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention sub-layer, kept between decoding steps (incremental decoding).
+
+    ``k``: ``(B, H, t, d_k)``; ``v``: ``(B, H, t, d_v)``. For decoder self-attention ``t`` grows by one each
+    step; for encoder-decoder attention they are the projected encoder output, computed once.
+    A plain value: the decoder returns a new list of caches; no module keeps one.
+    """
+
+    k: Tensor
+    v: Tensor
+
+    def index_select(self, index: Tensor) -> "KVCache":
+        """Reorder the batch dimension (beam search), ``index``: ``(B',)`` int64."""
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index))
+
+
+class MultiHeadAttention(nn.Module):
+    """``MultiHead(Q, K, V) = Concat(head_1..head_h) W^O``, ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``
+    (Section 3.2.2), with ``d_k = d_v = d_model / h``.
+
+    The projections are ``nn.Linear`` with bias (as ``torch.nn.MultiheadAttention``), so weights copy one
+    to one into PyTorch's module (see :mod:`aiayn.interop`).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.attention_dropout = attention_dropout
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def _split(self, x: Tensor) -> Tensor:
+        """``(B, T, d_model)`` -> ``(B, H, T, d_k)``."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)
+
+    def project_kv(self, x: Tensor) -> KVCache:
+        """Keys and values of ``x`` ``(B, S, d_model)`` as a :class:`KVCache` ``(B, H, S, d_k)``."""
+        return KVCache(self._split(self.w_k(x)), self._split(self.w_v(x)))
+
+    def forward(
+        self,
+        query: Tensor,
+        key_value: Tensor | None = None,
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        need_scores: bool = False,
+        cache: KVCache | None = None,
+        static_kv: bool = False,
+    ) -> tuple[AttentionOutput, KVCache | None]:
+        """Multi-head attention of ``query`` over ``key_value``.
+
+        Args:
+            query: ``(B, T, d_model)``.
+            key_value: ``(B, S, d_model)``; None means self-attention (``key_value = query``).
+            mask: bool, True = may attend, broadcastable to ``(B, H, T, S_total)``.
+            need_weights / need_scores: see :func:`scaled_dot_product_attention`.
+            cache: keys/values from earlier steps. With ``static_kv=False`` (decoder self-attention) the
+                new keys/values of ``query`` are appended; with ``static_kv=True`` (cross-attention) the
+                cache *is* the keys/values and ``key_value`` is ignored.
+            static_kv: see ``cache``.
+
+        Returns:
+            ``(AttentionOutput with output (B, T, d_model) and weights (B, H, T, S_total), new cache)``;
+            the new cache is None when no cache was given and ``static_kv`` is False.
+        """
+        q = self._split(self.w_q(query))
+        new_cache: KVCache | None
+        if static_kv:
+            kv = cache if cache is not None else self.project_kv(query if key_value is None else key_value)
+            new_cache = kv
+        else:
+            kv = self.project_kv(query if key_value is None else key_value)
+            if cache is not None:
+                kv = KVCache(torch.cat([cache.k, kv.k], dim=2), torch.cat([cache.v, kv.v], dim=2))
+                new_cache = kv
+            else:
+                new_cache = None
+        res = scaled_dot_product_attention(
+            q,
+            kv.k,
+            kv.v,
+            mask,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+            need_weights=need_weights,
+            need_scores=need_scores,
+        )
+        b, h, t, d = res.output.shape
+        res.output = self.w_o(res.output.transpose(1, 2).reshape(b, t, h * d))
+        return res, new_cache

@@ -1,0 +1,142 @@
+"""Model configuration and the paper's presets (Vaswani et al. 2017, Table 3).
+
+A :class:`TransformerConfig` is plain data: it is written into every checkpoint as
+``config.json`` and read back with :meth:`TransformerConfig.from_dict`. Presets are
+never changed in place; a new shape gets a new preset name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+_POSITIONAL = ("sinusoidal", "learned")
+
+#: Table 3 of the paper. "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1;
+#: "big": d_model=1024, d_ff=4096, h=16, P_drop=0.3. "tiny" is ours, for tests and demos.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, dropout=0.1),
+    "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3),
+    "tiny": dict(d_model=64, n_heads=4, d_ff=128, n_layers=2, dropout=0.0),
+}
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of an encoder-decoder Transformer (Section 3, Table 3).
+
+    Fields follow the paper's names: ``d_model``, ``n_heads`` (h), ``d_ff``, ``n_layers`` (N, for the
+    encoder and the decoder alike), ``dropout`` (P_drop, Section 5.4, applied to each sub-layer output
+    before the residual sum and to the sum of embeddings and positions), ``attention_dropout`` (on the
+    attention weights; 0 in the paper's text, tensor2tensor's option), ``layer_norm_eps`` (1e-6 as in
+    tensor2tensor; torch's default is 1e-5). ``d_k = d_v = d_model / h`` (Section 3.2.2).
+
+    ``norm_first=False`` is the paper's post-LN, ``LayerNorm(x + Sublayer(x))`` (Section 3.1), with no
+    extra final LayerNorm; ``norm_first=True`` is pre-LN, which adds one final LayerNorm to each stack.
+    ``positional`` is ``"sinusoidal"`` (Section 3.5) or ``"learned"`` (the Table 3 row (E) variant).
+    ``share_embeddings`` ties the source embedding, the target embedding and the pre-softmax linear
+    map (Section 3.4; needs the joint vocabulary of Section 5.1). ``max_len`` is the longest sequence
+    (in pieces, BOS/EOS included) the model accepts; longer input is truncated by the Translator.
+
+    Raises:
+        ValueError: on inconsistent values (``d_model`` not divisible by ``n_heads``, ids outside the
+            vocabulary, unknown ``positional``, negative sizes, dropout outside [0, 1)).
+    """
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    share_embeddings: bool = True
+    layer_norm_eps: float = 1e-6
+    max_len: int = 256
+    preset_name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}): d_k = d_model / h"
+            )
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary [0, {self.vocab_size})")
+        if len({self.pad_id, self.bos_id, self.eos_id}) != 3:
+            raise ValueError("pad_id, bos_id and eos_id must be three different ids")
+        if self.positional not in _POSITIONAL:
+            raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+
+    @property
+    def d_k(self) -> int:
+        """Per-head query/key size, d_model / h (Section 3.2.2)."""
+        return self.d_model // self.n_heads
+
+    @property
+    def d_v(self) -> int:
+        """Per-head value size, d_model / h (Section 3.2.2)."""
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+        """A preset of Table 3 (``"base"``, ``"big"``) or ``"tiny"``, with keyword overrides.
+
+        Raises:
+            ValueError: unknown preset name or unknown field in ``overrides``.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig field(s): {sorted(unknown)}")
+        values = dict(PRESETS[name], preset_name=name)
+        values.update(overrides)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "TransformerConfig":
+        """A copy with some fields changed (the config itself is immutable)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TransformerConfig":
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: ``data`` is not a dict, has unknown fields or invalid values.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"a TransformerConfig needs a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig field(s): {sorted(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # pragma: no cover - defensive
+            raise ValueError(f"invalid TransformerConfig: {exc}") from exc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,289 @@
+"""Greedy and beam search decoding (Section 6.1) with a key/value cache and attention capture.
+
+Beam search follows the paper's setting: beam size 4, length penalty alpha = 0.6 in the form of Wu et al.
+(2016, GNMT), ``lp(Y) = ((5 + |Y|) / 6) ** alpha``, hypotheses ranked by ``log P(Y|X) / lp(Y)``, maximum
+output length = input length + 50, stopping early when possible (a sentence is done once it has
+``beam_size`` finished hypotheses, as in fairseq).
+
+With ``use_cache=True`` each step feeds only the newest token: decoder self-attention keys/values of
+earlier positions are kept in a :class:`~aiayn.model.DecoderCache` and encoder keys/values for the
+cross-attention are projected once. With ``use_cache=False`` every step recomputes the whole prefix. Both
+give the same hypotheses.
+
+With ``return_attention=True`` the attention row of each new decoder position is kept at every step and,
+at the end, the rows of each returned hypothesis are followed back through the beam's back-pointers and
+stitched into full maps: decoder ``(L, 1, H, T, T)`` (zeros above the diagonal), cross ``(L, 1, H, T, S)``.
+They equal the maps of a teacher-forced forward pass over the same output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .maps import AttentionMaps
+from .model import EncoderOutput, Transformer
+
+
+@dataclass
+class Hypothesis:
+    """One decoded output.
+
+    Attributes:
+        tokens: predicted ids y_1..y_T (ending with EOS when ``finished``), without BOS.
+        log_prob: ``log P(Y | X)``, natural log, summed over the T predictions.
+        score: ``log_prob / lp(T)``, the length-normalised score beams are ranked by.
+        finished: True if the hypothesis ended with EOS; False if it hit the maximum length.
+        attention: maps for this hypothesis alone (B=1) when requested, else None.
+    """
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+    finished: bool
+    attention: AttentionMaps | None = None
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016, used in Section 6.1)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _max_lengths(src: Tensor, pad_id: int, max_len: int | None, extra: int, limit: int) -> list[int]:
+    """Per sentence: ``max_len`` if given, else source length + ``extra`` (Section 6.1); capped so that
+    BOS + outputs fit the model's positions (``limit``)."""
+    lengths = (src != pad_id).sum(-1).tolist()
+    return [max(1, min(max_len if max_len is not None else n + extra, limit - 1)) for n in lengths]
+
+
+class _AttentionTrace:
+    """Per-step attention rows plus beam back-pointers, stitched into full maps at the end."""
+
+    def __init__(self) -> None:
+        self.self_rows: list[Tensor] = []  # step t: (L, N, H, t + 1)
+        self.cross_rows: list[Tensor] = []  # step t: (L, N, H, S)
+        self.origins: list[Tensor] = []  # after step t: (N,) row in step t that new row j came from
+
+    def add(self, self_weights: Tensor, cross_weights: Tensor) -> None:
+        self.self_rows.append(self_weights[:, :, :, -1].detach().float().cpu())
+        self.cross_rows.append(cross_weights[:, :, :, -1].detach().float().cpu())
+
+    def stitch(self, step: int, row: int, enc: EncoderOutput, sentence: int) -> AttentionMaps:
+        """Maps of the hypothesis whose last prediction came from ``row`` at ``step``."""
+        T = step + 1
+        rows_self, rows_cross = [], []
+        r = row
+        for s in range(step, -1, -1):
+            rows_self.append(self.self_rows[s][:, r])
+            rows_cross.append(self.cross_rows[s][:, r])
+            if s > 0:
+                r = int(self.origins[s - 1][r])
+        rows_self.reverse()
+        rows_cross.reverse()
+        L, H = rows_self[0].shape[0], rows_self[0].shape[1]
+        dec = torch.zeros(L, 1, H, T, T)
+        for s, rs in enumerate(rows_self):
+            dec[:, 0, :, s, : s + 1] = rs
+        s_len = int(enc.src_mask[sentence].sum())
+        cross = torch.stack(rows_cross, dim=2)[:, None, :, :, :s_len]  # (L, 1, H, T, S)
+        encoder = enc.weights[:, sentence : sentence + 1, :, :s_len, :s_len].detach().float().cpu() if enc.weights is not None else None
+        return AttentionMaps(encoder=encoder, decoder=dec, cross=cross, src_lengths=[s_len], tgt_lengths=[T])
+
+
+def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cache: bool, capture: bool):
+    """Log-probabilities of the next token for every row, ``(N, V)``, plus updated cache and attention."""
+    if use_cache:
+        out = model.decode(tokens[:, -1:], enc, need_weights=capture, cache=cache)
+    else:
+        out = model.decode(tokens, enc, need_weights=capture)
+    logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    # Never predict padding or BOS (not renormalised: scores stay the model's own log-probabilities).
+    logp[:, model.cfg.pad_id] = float("-inf")
+    logp[:, model.cfg.bos_id] = float("-inf")
+    return logp, out
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model: Transformer,
+    src: Tensor,
+    *,
+    max_len: int | None = None,
+    max_len_extra: int = 50,
+    length_penalty_alpha: float = 0.6,
+    use_cache: bool = True,
+    return_attention: bool = False,
+) -> list[Hypothesis]:
+    """Batched greedy decoding: at each step the most probable next token, until EOS or the max length.
+
+    Args:
+        model: the Transformer (put it in eval mode yourself; no dropout is wanted at inference).
+        src: ``(B, S)`` int64 source ids, padded with ``pad_id``.
+        max_len: maximum number of output tokens; default source length + ``max_len_extra`` (Section 6.1).
+        length_penalty_alpha: only used to report ``score`` comparably with beam search.
+        use_cache: incremental decoding with the key/value cache.
+        return_attention: stitch each output's attention maps (B=1 each).
+
+    Returns:
+        one :class:`Hypothesis` per sentence.
+    """
+    cfg = model.cfg
+    B = src.size(0)
+    enc = model.encode(src, need_weights=return_attention)
+    limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
+    tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    cache = model.init_cache(enc) if use_cache else None
+    trace = _AttentionTrace() if return_attention else None
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    log_prob = torch.zeros(B, dtype=torch.float64)
+    out_tokens: list[list[int]] = [[] for _ in range(B)]
+    end_step = [0] * B
+    finished = [False] * B
+    for t in range(max(limits)):
+        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention)
+        cache = out.cache
+        if trace is not None:
+            trace.add(out.self_weights, out.cross_weights)
+            trace.origins.append(torch.arange(B))
+        nxt = logp.argmax(-1)
+        best = logp.gather(1, nxt[:, None]).squeeze(1).double().cpu()
+        for b in range(B):
+            if done[b]:
+                continue
+            w = int(nxt[b])
+            out_tokens[b].append(w)
+            log_prob[b] += best[b]
+            end_step[b] = t
+            if w == cfg.eos_id:
+                finished[b] = True
+                done[b] = True
+            elif len(out_tokens[b]) >= limits[b]:
+                done[b] = True
+        if bool(done.all()):
+            break
+        nxt = torch.where(done, torch.full_like(nxt, cfg.eos_id), nxt)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+    hyps = []
+    for b in range(B):
+        lp = float(log_prob[b])
+        att = trace.stitch(end_step[b], b, enc, b) if trace is not None else None
+        hyps.append(Hypothesis(out_tokens[b], lp, lp / length_penalty(len(out_tokens[b]), length_penalty_alpha), finished[b], att))
+    return hyps
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    *,
+    beam_size: int = 4,
+    length_penalty_alpha: float = 0.6,
+    max_len: int | None = None,
+    max_len_extra: int = 50,
+    n_best: int = 1,
+    use_cache: bool = True,
+    return_attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Batched beam search (Section 6.1), best first.
+
+    Args:
+        model: the Transformer, in eval mode.
+        src: ``(B, S)`` int64 source ids, padded with ``pad_id``.
+        beam_size: hypotheses kept per sentence (paper: 4). ``beam_size=1`` equals greedy decoding.
+        length_penalty_alpha: alpha of the GNMT length penalty (paper: 0.6); 0 disables it.
+        max_len: maximum number of output tokens; default source length + ``max_len_extra`` (paper: +50).
+        n_best: how many hypotheses to return per sentence (<= beam_size).
+        use_cache: incremental decoding with the key/value cache (same results, faster).
+        return_attention: stitch each returned hypothesis' attention maps.
+
+    Returns:
+        ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
+
+    Raises:
+        ValueError: ``beam_size < 1`` or ``n_best`` outside ``[1, beam_size]``.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
+    cfg = model.cfg
+    B, K = src.size(0), beam_size
+    device = src.device
+    enc0 = model.encode(src, need_weights=return_attention)
+    expand = torch.arange(B, device=device).repeat_interleave(K)
+    enc = enc0.index_select(expand)
+    limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
+    N = B * K
+    tokens = torch.full((N, 1), cfg.bos_id, dtype=torch.long, device=device)
+    scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
+    scores[:, 0] = 0.0  # all K rows start identical: expand only the first
+    cache = model.init_cache(enc) if use_cache else None
+    trace = _AttentionTrace() if return_attention else None
+    # finished[b]: list of (score, log_prob, tokens, finished, step, row)
+    finished: list[list[tuple]] = [[] for _ in range(B)]
+    done = [False] * B
+    history: list[list[int]] = [[] for _ in range(N)]
+    for t in range(max(limits)):
+        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention)
+        if trace is not None:
+            trace.add(out.self_weights, out.cross_weights)
+        V = logp.size(-1)
+        cand = (scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(B, K, V)).view(B, K * V)
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)
+        top_scores = top_scores.double().cpu()
+        top_idx = top_idx.cpu()
+        new_rows = torch.arange(N)  # default: keep row in place (for done sentences)
+        new_tok = torch.full((N,), cfg.eos_id, dtype=torch.long)
+        new_scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
+        new_history: list[list[int]] = [h for h in history]
+        for b in range(B):
+            if done[b]:
+                continue
+            last = t + 1 >= limits[b]
+            alive = 0
+            for rank in range(top_idx.size(1)):
+                s = float(top_scores[b, rank])
+                if s == float("-inf"):
+                    break
+                k, w = divmod(int(top_idx[b, rank]), V)
+                row = b * K + k
+                toks = history[row] + [w]
+                if w == cfg.eos_id:
+                    if rank < K:  # as in fairseq: only EOS among the top K candidates ends a hypothesis
+                        finished[b].append((s / length_penalty(len(toks), length_penalty_alpha), s, toks, True, t, row))
+                    continue
+                if last:
+                    finished[b].append((s / length_penalty(len(toks), length_penalty_alpha), s, toks, False, t, row))
+                    if len([f for f in finished[b] if not f[3]]) >= K:
+                        break
+                    continue
+                j = b * K + alive
+                new_rows[j] = row
+                new_tok[j] = w
+                new_scores[b, alive] = s
+                new_history[j] = toks
+                alive += 1
+                if alive == K:
+                    break
+            if len(finished[b]) >= K or last or alive == 0:
+                done[b] = True
+        if trace is not None:
+            trace.origins.append(new_rows.clone())
+        if all(done):
+            break
+        history = new_history
+        scores = new_scores
+        idx = new_rows.to(device)
+        tokens = torch.cat([tokens.index_select(0, idx), new_tok.to(device)[:, None]], dim=1)
+        if use_cache:
+            cache = out.cache.index_select(idx, cross=False)
+    results: list[list[Hypothesis]] = []
+    for b in range(B):
+        ranked = sorted(finished[b], key=lambda f: -f[0])[:n_best]
+        hyps = []
+        for sc, lp, toks, fin, step, row in ranked:
+            att = trace.stitch(step, row, enc0, b) if trace is not None else None
+            hyps.append(Hypothesis(toks, lp, sc, fin, att))
+        results.append(hyps)
+    return results

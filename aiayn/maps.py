@@ -1,0 +1,199 @@
+"""`AttentionMaps`: every attention map of a forward pass, as a value.
+
+Shapes (L layers, B batch, H heads, S source length, T target length):
+
+* ``encoder`` ``(L, B, H, S, S)``: encoder self-attention;
+* ``decoder`` ``(L, B, H, T, T)``: masked decoder self-attention (zeros above the diagonal);
+* ``cross``   ``(L, B, H, T, S)``: encoder-decoder attention (queries from the decoder, keys from the encoder).
+
+Weights are post-softmax and pre-dropout, float32 on the device they were computed on (``.cpu()`` moves
+them). The optional ``*_scores`` hold the scaled pre-softmax scores ``QK^T / sqrt(d_k)`` before masking.
+Token labels, when known, are per batch item: ``src_tokens[b]`` label encoder keys/queries and cross keys;
+``tgt_tokens[b]`` the decoder inputs that were fed (BOS-shifted: decoder queries and keys);
+``tgt_output_tokens[b]`` what each decoder position predicted. Lengths exclude padding.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+KINDS = ("encoder", "decoder", "cross")
+KIND_TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "masked decoder self-attention",
+    "cross": "encoder-decoder (cross) attention",
+}
+
+
+@dataclass
+class AttentionMaps:
+    """All attention maps of one forward pass or one decoded hypothesis (see module docstring)."""
+
+    encoder: Tensor | None = None
+    decoder: Tensor | None = None
+    cross: Tensor | None = None
+    encoder_scores: Tensor | None = None
+    decoder_scores: Tensor | None = None
+    cross_scores: Tensor | None = None
+    src_tokens: list[list[str]] | None = None
+    tgt_tokens: list[list[str]] | None = None
+    tgt_output_tokens: list[list[str]] | None = None
+    src_lengths: list[int] | None = None
+    tgt_lengths: list[int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- access --------------------------------------------------------------------------------------------
+    def get(self, kind: str, *, scores: bool = False) -> Tensor:
+        """The maps of one kind (``"encoder"``, ``"decoder"``, ``"cross"``), ``(L, B, H, Tq, Tk)``.
+
+        Raises:
+            ValueError: unknown kind, or that kind was not captured.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown attention kind {kind!r}; choose one of {KINDS}")
+        value = getattr(self, f"{kind}_scores" if scores else kind)
+        if value is None:
+            raise ValueError(f"no {'scores' if scores else 'weights'} were captured for {kind!r}")
+        return value
+
+    @property
+    def n_layers(self) -> int:
+        return next(t for t in (self.encoder, self.decoder, self.cross) if t is not None).shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return next(t for t in (self.encoder, self.decoder, self.cross) if t is not None).shape[2]
+
+    @property
+    def batch_size(self) -> int:
+        return next(t for t in (self.encoder, self.decoder, self.cross) if t is not None).shape[1]
+
+    def labels(self, kind: str, batch: int = 0) -> tuple[list[str] | None, list[str] | None]:
+        """(query labels, key labels) of ``kind`` for batch item ``batch``, or None where unknown."""
+        src = self.src_tokens[batch] if self.src_tokens else None
+        tgt = self.tgt_tokens[batch] if self.tgt_tokens else None
+        return {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}[kind]
+
+    def _tensors(self) -> Iterator[tuple[str, Tensor]]:
+        for name in ("encoder", "decoder", "cross", "encoder_scores", "decoder_scores", "cross_scores"):
+            value = getattr(self, name)
+            if value is not None:
+                yield name, value
+
+    def to(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> "AttentionMaps":
+        """A copy with every tensor detached and moved to ``device`` / ``dtype``."""
+        moved = {name: t.detach().to(device=device, dtype=dtype) for name, t in self._tensors()}
+        return replace(self, **moved)
+
+    def cpu(self) -> "AttentionMaps":
+        return self.to("cpu")
+
+    def select(self, batch: int) -> "AttentionMaps":
+        """Batch item ``batch`` alone (B=1), cropped to its unpadded lengths."""
+        if not 0 <= batch < self.batch_size:
+            raise ValueError(f"batch index {batch} outside [0, {self.batch_size})")
+        s = self.src_lengths[batch] if self.src_lengths else None
+        t = self.tgt_lengths[batch] if self.tgt_lengths else None
+        crop = {"encoder": (s, s), "decoder": (t, t), "cross": (t, s)}
+        out: dict[str, Any] = {}
+        for name, value in self._tensors():
+            q, k = crop[name.split("_")[0]]
+            v = value[:, batch : batch + 1]
+            out[name] = v[..., : q if q is not None else v.shape[-2], : k if k is not None else v.shape[-1]]
+        pick = lambda seq: None if seq is None else [seq[batch]]  # noqa: E731
+        return replace(
+            self,
+            **out,
+            src_tokens=pick(self.src_tokens),
+            tgt_tokens=pick(self.tgt_tokens),
+            tgt_output_tokens=pick(self.tgt_output_tokens),
+            src_lengths=pick(self.src_lengths),
+            tgt_lengths=pick(self.tgt_lengths),
+        )
+
+    # -- export --------------------------------------------------------------------------------------------
+    def to_dataframe(self, kinds: tuple[str, ...] | list[str] | None = None, *, include_scores: bool = False):
+        """Long-format ``pandas.DataFrame``, one row per (kind, layer, head, batch, query, key).
+
+        Columns: ``kind, layer, head, batch, query_pos, key_pos, weight`` (+ ``score`` with
+        ``include_scores``, + ``query_token, key_token`` when labels are known). Padded positions are left
+        out when lengths are known. Layers and heads count from 0.
+        """
+        import numpy as np
+        import pandas as pd
+
+        frames = []
+        for kind in kinds or KINDS:
+            w = getattr(self, kind)
+            if w is None:
+                continue
+            w = w.detach().float().cpu()
+            sc = getattr(self, f"{kind}_scores") if include_scores else None
+            L, B, H, Q, K = w.shape
+            for b in range(B):
+                qn, kn = Q, K
+                if kind in ("decoder", "cross") and self.tgt_lengths:
+                    qn = min(Q, self.tgt_lengths[b])
+                if kind == "encoder" and self.src_lengths:
+                    qn = min(Q, self.src_lengths[b])
+                if kind in ("encoder", "cross") and self.src_lengths:
+                    kn = min(K, self.src_lengths[b])
+                if kind == "decoder" and self.tgt_lengths:
+                    kn = min(K, self.tgt_lengths[b])
+                block = w[:, b, :, :qn, :kn].numpy()
+                layer, head, qp, kp = np.meshgrid(
+                    np.arange(L), np.arange(H), np.arange(qn), np.arange(kn), indexing="ij"
+                )
+                data = {
+                    "kind": kind,
+                    "layer": layer.ravel(),
+                    "head": head.ravel(),
+                    "batch": b,
+                    "query_pos": qp.ravel(),
+                    "key_pos": kp.ravel(),
+                    "weight": block.ravel(),
+                }
+                if sc is not None:
+                    data["score"] = sc.detach().float().cpu()[:, b, :, :qn, :kn].numpy().ravel()
+                qlab, klab = self.labels(kind, b)
+                if qlab is not None and klab is not None:
+                    data["query_token"] = np.asarray(list(qlab) + [""] * qn, dtype=object)[:qn][qp.ravel()]
+                    data["key_token"] = np.asarray(list(klab) + [""] * kn, dtype=object)[:kn][kp.ravel()]
+                frames.append(pd.DataFrame(data))
+        if not frames:
+            return pd.DataFrame(columns=["kind", "layer", "head", "batch", "query_pos", "key_pos", "weight"])
+        return pd.concat(frames, ignore_index=True)
+
+    def to_dict(self, *, include_scores: bool = False, decimals: int | None = 6) -> dict[str, Any]:
+        """JSON-able dict: nested lists ``[L][B][H][Q][K]`` per kind, labels, lengths and ``meta``."""
+        out: dict[str, Any] = {"shapes": {}, "meta": self.meta}
+        for name, value in self._tensors():
+            if name.endswith("_scores") and not include_scores:
+                continue
+            arr = value.detach().float().cpu()
+            if decimals is not None:
+                arr = torch.round(arr, decimals=decimals)
+            out[name] = arr.tolist()
+            out["shapes"][name] = list(value.shape)
+        for name in ("src_tokens", "tgt_tokens", "tgt_output_tokens", "src_lengths", "tgt_lengths"):
+            out[name] = getattr(self, name)
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as a JSON string (NaN-free: masked scores of -inf are written as null)."""
+        def clean(x: Any) -> Any:
+            if isinstance(x, list):
+                return [clean(v) for v in x]
+            if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+                return None
+            return x
+
+        d = self.to_dict(**kwargs)
+        for name in ("encoder_scores", "decoder_scores", "cross_scores"):
+            if name in d:
+                d[name] = clean(d[name])
+        return json.dumps(d)

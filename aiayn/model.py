@@ -1,0 +1,397 @@
+"""The Transformer of Vaswani et al. (2017), Sections 3.1-3.5, from PyTorch primitives.
+
+Shapes use B batch, S source length, T target length, L layers (N in the paper), H heads, D d_model,
+V vocabulary. Token ids are int64. Attention masks follow :mod:`aiayn.attention` (bool, True = may attend).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import AttentionOutput, KVCache, MultiHeadAttention
+from .config import TransformerConfig
+from .maps import AttentionMaps
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+
+class PositionwiseFeedForward(nn.Module):
+    """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (Equation 2, Section 3.3); ``(B, T, D) -> (B, T, D)``."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped in a residual connection and LayerNorm (Section 3.1).
+
+    Post-LN (paper): ``x = LayerNorm(x + Dropout(Sublayer(x)))``; pre-LN: ``x = x + Dropout(Sublayer(LayerNorm(x)))``.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None, need_weights: bool = False, need_scores: bool = False
+    ) -> tuple[Tensor, AttentionOutput]:
+        """``x`` ``(B, S, D)``, ``mask`` ``(B, 1, 1, S)`` -> ``(x', attention of this layer)``."""
+        h = self.norm1(x) if self.norm_first else x
+        att, _ = self.self_attn(h, None, mask, need_weights=need_weights, need_scores=need_scores)
+        x = x + self.dropout(att.output)
+        if not self.norm_first:
+            x = self.norm1(x)
+        h = self.norm2(x) if self.norm_first else x
+        x = x + self.dropout(self.ffn(h))
+        if not self.norm_first:
+            x = self.norm2(x)
+        return x, att
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, FFN; residual + LayerNorm around each (Section 3.1)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor | None,
+        self_mask: Tensor | None,
+        cross_mask: Tensor | None,
+        need_weights: bool = False,
+        need_scores: bool = False,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> tuple[Tensor, AttentionOutput, AttentionOutput, KVCache | None, KVCache | None]:
+        """``y`` ``(B, T, D)``, ``memory`` ``(B, S, D)`` (may be None when ``cross_cache`` is given).
+
+        Returns ``(y', self-attention, cross-attention, new self cache, cross cache)``.
+        """
+        h = self.norm1(y) if self.norm_first else y
+        sa, self_cache = self.self_attn(
+            h, None, self_mask, need_weights=need_weights, need_scores=need_scores, cache=self_cache
+        )
+        y = y + self.dropout(sa.output)
+        if not self.norm_first:
+            y = self.norm1(y)
+        h = self.norm2(y) if self.norm_first else y
+        ca, cross_cache = self.cross_attn(
+            h,
+            memory,
+            cross_mask,
+            need_weights=need_weights,
+            need_scores=need_scores,
+            cache=cross_cache,
+            static_kv=True,
+        )
+        y = y + self.dropout(ca.output)
+        if not self.norm_first:
+            y = self.norm2(y)
+        h = self.norm3(y) if self.norm_first else y
+        y = y + self.dropout(self.ffn(h))
+        if not self.norm_first:
+            y = self.norm3(y)
+        return y, sa, ca, self_cache, cross_cache
+
+
+@dataclass
+class EncoderOutput:
+    """Result of :meth:`Transformer.encode`.
+
+    Attributes:
+        memory: ``(B, S, D)`` float, the encoder output z.
+        src_mask: ``(B, S)`` bool, True on real (non-pad) source positions.
+        weights: ``(L, B, H, S, S)`` encoder self-attention, or None (fast path).
+        scores: ``(L, B, H, S, S)`` scaled pre-softmax scores, or None.
+    """
+
+    memory: Tensor
+    src_mask: Tensor
+    weights: Tensor | None = None
+    scores: Tensor | None = None
+
+    def index_select(self, index: Tensor) -> "EncoderOutput":
+        """Repeat/reorder sentences along B (e.g. ``index = arange(B).repeat_interleave(beam)``)."""
+        sel = lambda t: None if t is None else t.index_select(1 if t.dim() == 5 else 0, index)  # noqa: E731
+        return EncoderOutput(self.memory.index_select(0, index), self.src_mask.index_select(0, index), sel(self.weights), sel(self.scores))
+
+
+@dataclass
+class DecoderCache:
+    """Key/value cache of incremental decoding: one :class:`KVCache` per decoder layer for self-attention
+    (grows by one position a step) and one for encoder-decoder attention (the projected encoder output,
+    computed once). ``length`` = number of target positions already fed. A plain value, never kept on
+    a module."""
+
+    self_kv: list[KVCache]
+    cross_kv: list[KVCache]
+    length: int = 0
+
+    def index_select(self, index: Tensor, *, cross: bool = True) -> "DecoderCache":
+        """Reorder the batch (beam search). ``cross=False`` keeps the cross cache as is, which is exact
+        when ``index`` only moves rows between hypotheses of the same source sentence."""
+        return DecoderCache(
+            [c.index_select(index) for c in self.self_kv],
+            [c.index_select(index) for c in self.cross_kv] if cross else self.cross_kv,
+            self.length,
+        )
+
+
+@dataclass
+class DecoderOutput:
+    """Result of :meth:`Transformer.decode`.
+
+    Attributes:
+        logits: ``(B, T, V)`` float, unnormalised next-token scores.
+        self_weights: ``(L, B, H, T, T_total)`` masked self-attention or None.
+        cross_weights: ``(L, B, H, T, S)`` encoder-decoder attention or None.
+        self_scores / cross_scores: the scaled pre-softmax scores, same shapes, or None.
+        cache: the updated :class:`DecoderCache` when decoding incrementally, else None.
+    """
+
+    logits: Tensor
+    self_weights: Tensor | None = None
+    cross_weights: Tensor | None = None
+    self_scores: Tensor | None = None
+    cross_scores: Tensor | None = None
+    cache: DecoderCache | None = None
+    hidden: Tensor | None = field(default=None, repr=False)
+
+
+def _stack(items: list[Tensor | None]) -> Tensor | None:
+    return None if not items or items[0] is None else torch.stack(items, dim=0)
+
+
+def causal_mask(t: int, device: torch.device | None = None, *, offset: int = 0) -> Tensor:
+    """Look-ahead mask of Section 3.2.3: ``(t, offset + t)`` bool, True where query i (at absolute position
+    ``offset + i``) may attend key j, i.e. ``j <= offset + i``."""
+    q = torch.arange(t, device=device).unsqueeze(1) + offset
+    k = torch.arange(offset + t, device=device).unsqueeze(0)
+    return k <= q
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Figure 1, Sections 3.1-3.5).
+
+    ``forward(src, tgt)`` returns logits ``(B, T, V)``; with ``return_attention=True`` it returns
+    ``(logits, AttentionMaps)`` with every map of every layer and head (see :class:`aiayn.AttentionMaps`).
+    ``tgt`` is the decoder input (BOS-shifted); the logits at position t predict target token t+1.
+
+    Embeddings are multiplied by sqrt(d_model) and summed with positions (Sections 3.4, 3.5); with
+    ``share_embeddings`` the source embedding, target embedding and output projection are one matrix.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        if not isinstance(cfg, TransformerConfig):
+            raise TypeError(f"Transformer needs a TransformerConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        d = cfg.d_model
+        if cfg.share_embeddings:
+            self.embedding = nn.Embedding(cfg.vocab_size, d)
+        else:
+            self.src_embedding = nn.Embedding(cfg.vocab_size, d)
+            self.tgt_embedding = nn.Embedding(cfg.vocab_size, d)
+            self.generator = nn.Linear(d, cfg.vocab_size, bias=False)
+        if cfg.positional == "sinusoidal":
+            self.positions = SinusoidalPositionalEncoding(d, cfg.max_len)
+        else:
+            self.src_positions = LearnedPositionalEmbedding(d, cfg.max_len)
+            self.tgt_positions = LearnedPositionalEmbedding(d, cfg.max_len)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        if cfg.norm_first:  # pre-LN needs a final LayerNorm on each stack; post-LN (the paper) has none
+            self.encoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+            self.decoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.reset_parameters()
+
+    # -- parameters -------------------------------------------------------------------------------------
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices, zero biases, embeddings N(0, d_model^-1/2) so that the embedding times
+        sqrt(d_model) has unit variance (tensor2tensor's initialisation)."""
+        for name, p in self.named_parameters():
+            if "embedding" in name or "positions" in name:
+                nn.init.normal_(p, mean=0.0, std=self.cfg.d_model**-0.5)
+            elif p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def num_parameters(self) -> int:
+        """Number of distinct trainable parameters (tied matrices counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # -- embeddings ---------------------------------------------------------------------------------------
+    def _embed(self, tokens: Tensor, side: str, start: int = 0) -> Tensor:
+        cfg = self.cfg
+        table = self.embedding if cfg.share_embeddings else (self.src_embedding if side == "src" else self.tgt_embedding)
+        if cfg.positional == "sinusoidal":
+            pe = self.positions(tokens.size(1), start)
+        else:
+            pe = (self.src_positions if side == "src" else self.tgt_positions)(tokens.size(1), start)
+        x = table(tokens) * math.sqrt(cfg.d_model) + pe.to(table.weight.dtype)
+        return self.dropout(x)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax linear map, ``(B, T, D) -> (B, T, V)``; tied to the embedding (Section 3.4)."""
+        weight = self.embedding.weight if self.cfg.share_embeddings else self.generator.weight
+        return F.linear(hidden, weight)
+
+    def _check_tokens(self, tokens: Tensor, name: str) -> None:
+        if not isinstance(tokens, Tensor) or tokens.dim() != 2:
+            raise ValueError(f"{name} must be an int64 tensor of shape (B, {name[0].upper()}), got {getattr(tokens, 'shape', type(tokens))}")
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"{name} must hold integer token ids, got {tokens.dtype}")
+        if tokens.size(1) > self.cfg.max_len:
+            raise ValueError(f"{name} has {tokens.size(1)} positions; this model accepts at most max_len={self.cfg.max_len}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
+            raise ValueError(f"{name} holds ids outside the vocabulary [0, {self.cfg.vocab_size})")
+
+    # -- encoder / decoder ----------------------------------------------------------------------------------
+    def encode(self, src: Tensor, *, need_weights: bool = False, need_scores: bool = False) -> EncoderOutput:
+        """Run the encoder stack on ``src`` ``(B, S)`` int64. Pads (``pad_id``) are never attended to.
+
+        Raises:
+            ValueError: ``src`` is not ``(B, S)`` integer ids within the vocabulary and ``max_len``.
+        """
+        self._check_tokens(src, "src")
+        src_mask = src != self.cfg.pad_id
+        attn_mask = src_mask[:, None, None, :]
+        x = self._embed(src, "src")
+        ws, ss = [], []
+        for layer in self.encoder_layers:
+            x, att = layer(x, attn_mask, need_weights or need_scores, need_scores)
+            ws.append(att.weights)
+            ss.append(att.scores)
+        if self.cfg.norm_first:
+            x = self.encoder_norm(x)
+        return EncoderOutput(x, src_mask, _stack(ws), _stack(ss))
+
+    def init_cache(self, enc: EncoderOutput) -> DecoderCache:
+        """An empty :class:`DecoderCache` for incremental decoding over ``enc`` (the encoder keys and values
+        of every cross-attention are projected here, once)."""
+        b = enc.memory.size(0)
+        h, dk = self.cfg.n_heads, self.cfg.d_k
+        empty = enc.memory.new_zeros(b, h, 0, dk)
+        return DecoderCache(
+            [KVCache(empty, empty) for _ in self.decoder_layers],
+            [layer.cross_attn.project_kv(enc.memory) for layer in self.decoder_layers],
+            0,
+        )
+
+    def decode(
+        self,
+        tgt: Tensor,
+        enc: EncoderOutput,
+        *,
+        need_weights: bool = False,
+        need_scores: bool = False,
+        cache: DecoderCache | None = None,
+    ) -> DecoderOutput:
+        """Run the decoder stack on ``tgt`` ``(B, T)`` (BOS-shifted decoder input) over ``enc``.
+
+        With ``cache`` (from :meth:`init_cache` or a previous call) ``tgt`` holds only the new positions,
+        which start at ``cache.length``; the result carries the updated cache. Without a cache the whole
+        prefix is recomputed. Self-attention is causal (Section 3.2.3) and never looks at pads.
+
+        Returns:
+            :class:`DecoderOutput`; logits ``(B, T, V)``.
+        """
+        self._check_tokens(tgt, "tgt")
+        start = cache.length if cache is not None else 0
+        t = tgt.size(1)
+        if start + t > self.cfg.max_len:
+            raise ValueError(f"decoding past max_len={self.cfg.max_len} positions")
+        causal = causal_mask(t, tgt.device, offset=start)  # (T, start + T)
+        if cache is None:
+            self_mask = causal[None, None] & (tgt != self.cfg.pad_id)[:, None, None, :]
+        else:
+            self_mask = causal[None, None]
+        cross_mask = enc.src_mask[:, None, None, :]
+        y = self._embed(tgt, "tgt", start)
+        cap = need_weights or need_scores
+        sw, cw, ssc, csc = [], [], [], []
+        new_self, new_cross = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            y, sa, ca, sc, cc = layer(
+                y,
+                enc.memory,
+                self_mask,
+                cross_mask,
+                cap,
+                need_scores,
+                cache.self_kv[i] if cache is not None else None,
+                cache.cross_kv[i] if cache is not None else None,
+            )
+            sw.append(sa.weights)
+            cw.append(ca.weights)
+            ssc.append(sa.scores)
+            csc.append(ca.scores)
+            new_self.append(sc)
+            new_cross.append(cc)
+        if self.cfg.norm_first:
+            y = self.decoder_norm(y)
+        new_cache = DecoderCache(new_self, new_cross, start + t) if cache is not None else None
+        return DecoderOutput(self.project(y), _stack(sw), _stack(cw), _stack(ssc), _stack(csc), new_cache, y)
+
+    def forward(
+        self, src: Tensor, tgt: Tensor, *, return_attention: bool = False, return_scores: bool = False
+    ) -> Tensor | tuple[Tensor, AttentionMaps]:
+        """Teacher-forced forward pass.
+
+        Args:
+            src: ``(B, S)`` int64 source ids (pads = ``pad_id``).
+            tgt: ``(B, T)`` int64 decoder input ids (BOS first, pads = ``pad_id``).
+            return_attention: also return an :class:`AttentionMaps` (capture path).
+            return_scores: also fill the maps' pre-softmax scores (implies ``return_attention``).
+
+        Returns:
+            logits ``(B, T, V)`` float, or ``(logits, maps)``.
+
+        Raises:
+            ValueError: malformed ``src`` / ``tgt`` (shape, dtype, ids outside the vocabulary, too long).
+        """
+        cap = return_attention or return_scores
+        enc = self.encode(src, need_weights=cap, need_scores=return_scores)
+        dec = self.decode(tgt, enc, need_weights=cap, need_scores=return_scores)
+        if not cap:
+            return dec.logits
+        maps = AttentionMaps(
+            encoder=enc.weights,
+            decoder=dec.self_weights,
+            cross=dec.cross_weights,
+            encoder_scores=enc.scores,
+            decoder_scores=dec.self_scores,
+            cross_scores=dec.cross_scores,
+            src_lengths=enc.src_mask.sum(-1).tolist(),
+            tgt_lengths=(tgt != self.cfg.pad_id).sum(-1).tolist(),
+        )
+        return dec.logits, maps
