@@ -1,0 +1,66 @@
+"""Shared fixtures: a tiny joint SentencePiece model and tiny checkpoints built from the committed Ding
+fixture (tests never touch the full corpus or need the shipped checkpoints, except where they say so)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parent.parent
+
+# Two CPU cores on CI: keep torch from oversubscribing them.
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def fixture_pairs():
+    """Real (de, en) pairs parsed from ``tests/fixtures/ding_sample.txt``."""
+    from aiayn.data import parse_ding
+
+    pairs, _ = parse_ding(FIXTURES / "ding_sample.txt")
+    return pairs
+
+
+@pytest.fixture(scope="session")
+def tiny_spm(tmp_path_factory, fixture_pairs) -> Path:
+    """A joint BPE SentencePiece model (vocab 320) trained on the fixture pairs."""
+    from aiayn.tokenizer import train_sentencepiece
+
+    path = tmp_path_factory.mktemp("spm") / "spm.model"
+    texts = [p.de for p in fixture_pairs] + [p.en for p in fixture_pairs]
+    train_sentencepiece(texts, path, vocab_size=320, num_threads=1)
+    return path
+
+
+def make_tiny_checkpoint(directory: Path, spm_path: Path, direction: str, seed: int = 0, **overrides) -> Path:
+    """A randomly initialised tiny model saved as a checkpoint directory (fp16, like the shipped ones)."""
+    from aiayn import Transformer, TransformerConfig
+    from aiayn.checkpoint import save_checkpoint
+    from aiayn.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(spm_path)
+    cfg = TransformerConfig.preset("tiny", vocab_size=tok.vocab_size, max_len=64, **overrides)
+    torch.manual_seed(seed)
+    model = Transformer(cfg)
+    src, tgt = direction.split("-")
+    return save_checkpoint(directory, model, spm_model=spm_path, dtype="float16",
+                           meta={"direction": direction, "src_lang": src, "tgt_lang": tgt, "note": "tiny random test model"})
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory, tiny_spm) -> Path:
+    """A directory with ``en-de/`` and ``de-en/`` tiny checkpoints (the layout of ``checkpoints/``)."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    make_tiny_checkpoint(root / "en-de", tiny_spm, "en-de", seed=1)
+    make_tiny_checkpoint(root / "de-en", tiny_spm, "de-en", seed=2)
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_translator(tiny_checkpoints):
+    from aiayn import Translator
+
+    return Translator.load(tiny_checkpoints / "en-de", device="cpu")
