@@ -42,7 +42,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 __all__ = [
     "Pair", "DING_SHA256", "DING_DEBIAN_PACKAGE", "DING_VERSION", "DING_LICENSE",
-    "sha256_file", "obtain_ding", "clean_text", "parse_ding_line", "parse_ding", "ParseReport",
+    "sha256_file", "obtain_ding", "clean_text", "first_synonym", "parse_ding_line", "parse_ding", "ParseReport",
     "is_sentence", "normalize", "read_tsv", "write_tsv", "read_moses", "make_splits", "SplitReport",
     "build_dictionary", "load_lexicon", "dictionary_baseline", "token_batches", "shard_batches",
     "prepare_ding", "prepare_pairs", "cli_main",
@@ -202,7 +202,7 @@ _ABBR = re.compile(r"(?<!\S)/[^\s/](?:[^/]*[^\s/])?/(?=\s|$|[,;])")
 _MARK = "\x00"
 _SPACE_BEFORE_PUNCT = re.compile(r"\s*\x00[\s\x00]*(?=[.,!?;:])")
 _WS = re.compile(r"\s+")
-_SENT_END = re.compile(r"[.!?][\"'»«”’)]*$")
+_SENT_END = re.compile(r"[.!?][\"'»«›‹”“’‘)]*$")  # closing quotes may follow (German „...“)
 
 
 def clean_text(text: str) -> str:
@@ -661,6 +661,9 @@ def make_splits(
         kd, ke = keys[i]
         if kd in held_keys or ke in held_keys:
             removed[i] = "exact"
+            if len(rep.removed_examples) < 10:
+                rep.removed_examples.append({"reason": "same side as a held-out pair",
+                                             "train": f"{uniq[i].de} :: {uniq[i].en}"})
     # substring leakage: a train side containing a held-out string
     subs = sorted({k for k in held_keys if len(k.split()) >= min_substring_words}, key=len)
     if subs:
@@ -687,7 +690,8 @@ def make_splits(
                     if i not in removed:
                         removed[i] = "substring"
                         if len(rep.removed_examples) < 20:
-                            rep.removed_examples.append({"held_out": h, "train": f"{uniq[i].de} :: {uniq[i].en}"})
+                            rep.removed_examples.append({"reason": f"contains held-out {h!r}",
+                                                         "train": f"{uniq[i].de} :: {uniq[i].en}"})
                     start = big.find(h, start + 1)
     rep.train_removed_exact = sum(1 for v in removed.values() if v == "exact")
     rep.train_removed_substring = sum(1 for v in removed.values() if v == "substring")
@@ -1019,8 +1023,8 @@ def _datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> str:
     L.append(f"- held-out candidates skipped because a side was already held out: {sp['heldout_skipped_shared_side']:,}")
     L.append(f"- train pairs removed because a side equals a held-out sentence: {sp['train_removed_exact']:,}")
     L.append(f"- train pairs removed because a side contains a held-out sentence: {sp['train_removed_substring']:,}")
-    for ex in sp["removed_examples"][:5]:
-        L.append(f"  - held out `{ex['held_out'][:100]}` inside train `{ex['train'][:150]}`")
+    for ex in sp["removed_examples"][:8]:
+        L.append(f"  - `{ex['train'][:150]}` ({ex['reason'][:120]})")
     L.append("\n## Files\n")
     L.append(f"- `train.tsv`, `valid.tsv`, `test.tsv`: UTF-8, tab-separated, header `{cols[0]}\\t{cols[1]}`, no quoting")
     L.append(f"- `dictionary.tsv`: {sheet['dictionary_entries']:,} one-word / short-phrase entries from train only "
