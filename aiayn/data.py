@@ -202,7 +202,10 @@ _ABBR = re.compile(r"(?<!\S)/[^\s/](?:[^/]*[^\s/])?/(?=\s|$|[,;])")
 _MARK = "\x00"
 _SPACE_BEFORE_PUNCT = re.compile(r"\s*\x00[\s\x00]*(?=[.,!?;:])")
 _WS = re.compile(r"\s+")
-_SENT_END = re.compile(r"[.!?][\"'»«›‹”“’‘)]*$")  # closing quotes may follow (German „...“)
+# Closing marks that may follow the final . ! ?  NB: the German closing quote “ (as in „Wie spät ist
+# es?“) is deliberately NOT in this set: the prepared data in use was split with exactly this rule, and
+# adding it changes the held-out candidates and so the whole split for a given seed.
+_SENT_END = re.compile(r"[.!?][\"'»«”’)]*$")
 
 
 def clean_text(text: str) -> str:
@@ -412,8 +415,9 @@ _ABBREV_END = re.compile(
 
 
 def is_sentence(text: str) -> bool:
-    """True if ``text`` is a full sentence: ends with ``.``, ``!`` or ``?`` (closing quotes allowed after
-    it), has 4+ whitespace-separated words, and starts with an upper-case letter (or a digit or quote).
+    """True if ``text`` is a full sentence: ends with ``.``, ``!`` or ``?`` (optionally followed by
+    ``"`` ``'`` ``»`` ``«`` ``”`` ``’`` or ``)``; German-style „...“ quoted speech does not count, so
+    such dialogue lines stay in train), has 4+ whitespace-separated words, and starts with an upper-case letter (or a digit or quote).
 
     The last two conditions are our additions to data.md's rule ("ends in . ! ? with 4+ words"): they
     keep dictionary phrases that end in an abbreviation such as "to rely on sb." or "sich auf jdn.
@@ -967,6 +971,8 @@ def prepare_pairs(
             f"words_hist_{columns[0]}": _length_histogram(p.de for p in sp),
             f"words_hist_{columns[1]}": _length_histogram(p.en for p in sp),
         }
+    sheet["files_sha256"] = {name: sha256_file(out / name) for name in
+                             ("train.tsv", "valid.tsv", "test.tsv", "dictionary.tsv", "spm.model")}
     sheet["timing_s"]["total"] = round(time.time() - t0, 1)
     _atomic_write_text(out / "datasheet.json", json.dumps(sheet, ensure_ascii=False, indent=2) + "\n")
     _atomic_write_text(out / "DATASHEET.md", _datasheet_markdown(sheet, splits))
@@ -1032,6 +1038,9 @@ def _datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> str:
     tk = sheet["tokenizer"]
     L.append(f"- `spm.model`: SentencePiece BPE, {tk['vocab_size']:,} pieces, joint German+English vocabulary "
              f"(Section 5.1) trained on the train split only; special ids {tk['special_ids']}; byte fallback on")
+    L.append("\nsha256 of the files (to tell which data a model was trained on):\n")
+    for name, digest in sheet.get("files_sha256", {}).items():
+        L.append(f"- `{name}`: `{digest}`")
     L.append("\n## Tokens per side (SentencePiece)\n")
     L.append("| split | mean src | mean tgt | max src | max tgt | unk |")
     L.append("|---|---:|---:|---:|---:|---:|")

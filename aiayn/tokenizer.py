@@ -21,6 +21,9 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import unicodedata
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -49,7 +52,7 @@ def train_sentencepiece(
     BOTH languages (e.g. every German and every English side of the training pairs).
 
     Args:
-        texts: training sentences (str), consumed once, in the given order. Empty strings are skipped;
+        texts: training sentences (str), read once into a list, in the given order. Empty strings are skipped;
             strings with a newline raise, because SentencePiece treats a sentence as one line.
         model_path: where the binary ``.model`` file is written (parent directories are created). The
             file is written to a temporary file in the same folder first and then ``os.replace``-d, so a
@@ -59,7 +62,9 @@ def train_sentencepiece(
             or SentencePiece raises unless ``hard_vocab_limit`` is False).
         model_type: "bpe" (the paper's byte-pair encoding) or "unigram".
         character_coverage: fraction of characters covered by the vocabulary; rarer characters fall
-            back to bytes.
+            back to bytes. If ``vocab_size`` is too small to hold a piece for every such character
+            (tiny test models), the coverage is lowered so the most frequent characters fill at most
+            3/4 of the free slots, and a ``UserWarning`` says so.
         seed_sentencepiece_size: SentencePiece's seed piece count (only used by "unigram").
         num_threads: trainer threads (kept small: the trainer is deterministic for a fixed input order,
             and our machines have 2 cores).
@@ -82,26 +87,25 @@ def train_sentencepiece(
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
     model_path = Path(model_path)
-    counted = {"n": 0}
+    sentences = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"text #{i} is {type(text).__name__}, not str")
+        if "\n" in text or "\r" in text:
+            raise ValueError(f"text #{i} contains a line break: {text[:60]!r}")
+        if text.strip():
+            sentences.append(text)
+    if not sentences:
+        raise ValueError("train_sentencepiece: no non-empty text to train on")
 
-    def sentences():
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ValueError(f"text #{i} is {type(text).__name__}, not str")
-            if "\n" in text or "\r" in text:
-                raise ValueError(f"text #{i} contains a line break: {text[:60]!r}")
-            if text.strip():
-                counted["n"] += 1
-                yield text
-
-    buffer = io.BytesIO()
-    try:
+    def train(coverage: float) -> bytes:
+        buffer = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=sentences(),
+            sentence_iterator=iter(sentences),
             model_writer=buffer,
             vocab_size=vocab_size,
             model_type=model_type,
-            character_coverage=character_coverage,
+            character_coverage=coverage,
             pad_id=SPECIAL_IDS["pad"],
             unk_id=SPECIAL_IDS["unk"],
             bos_id=SPECIAL_IDS["bos"],
@@ -119,15 +123,37 @@ def train_sentencepiece(
             hard_vocab_limit=hard_vocab_limit,
             minloglevel=2,
         )
-    except ValueError:
-        raise
+        return buffer.getvalue()
+
+    try:
+        data = train(character_coverage)
     except RuntimeError as exc:
-        if counted["n"] == 0:
-            raise ValueError("train_sentencepiece: no non-empty text to train on") from exc
-        raise ValueError(f"SentencePiece training failed for {model_path}: {exc}") from exc
-    data = buffer.getvalue()
+        if "required_chars" not in str(exc):
+            raise ValueError(f"SentencePiece training failed for {model_path}: {exc}") from exc
+        # A small vocabulary cannot hold one piece per character (plus 4 specials and 256 bytes). With
+        # byte fallback, rarer characters are still encodable, so lower the coverage until the most
+        # frequent characters fill at most 3/4 of the free slots, and say so.
+        counts = Counter()
+        for t in sentences:
+            counts.update(unicodedata.normalize("NFKC", t).replace(" ", "\u2581"))
+        freqs = sorted(counts.values(), reverse=True)
+        total = sum(freqs)
+        k = max(1, (vocab_size - n_special - 256) * 3 // 4)
+        data = b""
+        while k >= 1 and not data:
+            coverage = min(character_coverage, sum(freqs[:k]) / total - 1e-9)
+            try:
+                data = train(coverage)
+            except RuntimeError as exc2:
+                if "required_chars" not in str(exc2) or k == 1:
+                    raise ValueError(f"SentencePiece training failed for {model_path}: {exc2}") from exc2
+                k //= 2
+        warnings.warn(
+            f"vocab_size={vocab_size} cannot hold all {len(freqs)} characters at character_coverage="
+            f"{character_coverage}; trained with coverage {coverage:.6f} (rarer characters use byte pieces)",
+            stacklevel=2)
     if not data:
-        raise ValueError(f"SentencePiece produced no model for {model_path} ({counted['n']} sentences)")
+        raise ValueError(f"SentencePiece produced no model for {model_path} ({len(sentences)} sentences)")
     _atomic_write_bytes(model_path, data)
     return model_path
 

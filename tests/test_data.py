@@ -160,7 +160,8 @@ def test_first_synonym_rule():
 def test_is_sentence():
     assert is_sentence("Er wird an der Konferenz nicht teilnehmen.")
     assert is_sentence("Schaffst du das alleine?")
-    assert is_sentence("„Wie spät ist es?“")
+    assert is_sentence("He asked: “What time is it?”")
+    assert not is_sentence("„Wie spät ist es?“")             # German closing quote: see data._SENT_END
     assert not is_sentence("Es ist vorbei.")                  # 3 words
     assert not is_sentence("to be based on sth.")             # starts lower-case, ends in an abbreviation
     assert not is_sentence("Er wird an der Konferenz")        # no final punctuation

@@ -120,3 +120,14 @@ def test_train_errors(tmp_path):
     with pytest.raises(ValueError, match="no non-empty text"):
         train_sentencepiece(["", "  "], tmp_path / "m.model", vocab_size=300)
     assert not (tmp_path / "m.model").exists()
+
+
+def test_tiny_vocabulary_lowers_coverage_with_warning(tmp_path):
+    # 320 pieces = 4 specials + 256 bytes + 60: fewer than the fixture's distinct characters
+    with pytest.warns(UserWarning, match="cannot hold all"):
+        path = train_sentencepiece(_texts(), tmp_path / "tiny.model", vocab_size=320)
+    tiny = Tokenizer.load(path)
+    assert tiny.vocab_size == 320
+    text = "Größere Übungen für Mädchen: ß!"
+    ids = tiny.encode(text)
+    assert tiny.unk_id not in ids and tiny.decode(ids) == text
