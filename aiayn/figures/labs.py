@@ -1,0 +1,349 @@
+"""Plotly figures of the teaching labs (positional encoding, masking, scaled dot-product attention, model
+size and training). Pure builders: numbers in (from :mod:`aiayn.lessons`), ``plotly.graph_objects.Figure``
+out; no Streamlit. ``presenter=True`` enlarges all type; colour scales are passed in by the page.
+
+Axis labels of token axes are unique ``f"{i}:{piece}"`` strings, since pieces repeat in a sentence.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+#: Okabe-Ito palette: distinguishable with the common colour-vision deficiencies.
+SAFE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+#: most cells a heatmap draws (bigger tables are shown with a stride and say so in the title).
+MAX_CELLS = 160_000
+MASKED_LABEL = "−∞ (masked)"
+
+
+def _style(fig: go.Figure, presenter: bool, title: str | None = None, height: int | None = None) -> go.Figure:
+    size = 20 if presenter else 13
+    fig.update_layout(
+        template="plotly_white",
+        font=dict(size=size),
+        title=dict(text=title, font=dict(size=size + 3)) if title else None,
+        margin=dict(l=60, r=30, t=70 if title else 30, b=50),
+        colorway=SAFE_COLORS,
+        legend=dict(font=dict(size=size)),
+    )
+    if height:
+        fig.update_layout(height=height)
+    return fig
+
+
+def token_labels(tokens: Sequence[str]) -> list[str]:
+    """Unique axis labels ``i:piece``."""
+    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+
+
+def _stride(n_rows: int, n_cols: int, max_cells: int = MAX_CELLS) -> int:
+    return max(1, math.ceil(n_rows * n_cols / max_cells))
+
+
+# ----------------------------------------------------------------------------------------------- PE
+def pe_heatmap(pe: np.ndarray, *, colorscale: str = "RdBu", presenter: bool = False, title: str | None = None) -> go.Figure:
+    """The PE table as a heatmap: positions (rows, y) x dimensions (columns, x), values in [-1, 1].
+
+    Tables of more than ``MAX_CELLS`` cells show every s-th position (said in the title)."""
+    n, d = pe.shape
+    s = _stride(n, d)
+    rows = np.arange(0, n, s)
+    t = title or f"PE matrix: {n} positions × d_model = {d}"
+    if s > 1:
+        t += f" (every {s}th position shown)"
+    fig = go.Figure(go.Heatmap(z=pe[rows], x=np.arange(d), y=rows, zmin=-1, zmax=1, colorscale=colorscale,
+                               colorbar=dict(title="PE"), hovertemplate="pos %{y}<br>dim %{x}<br>PE %{z:.4f}<extra></extra>"))
+    fig.update_xaxes(title="dimension (even: sin, odd: cos)")
+    fig.update_yaxes(title="position", autorange="reversed")
+    return _style(fig, presenter, t, 480)
+
+
+def pe_curves_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
+    """Curves ``PE(pos, dim)`` over positions for the chosen dimensions (frame of :func:`lessons.pe_curves`)."""
+    fig = go.Figure()
+    for dim, g in df.groupby("dimension", sort=False):
+        wl = float(g["wavelength"].iloc[0])
+        fig.add_trace(go.Scatter(x=g["position"], y=g["value"], mode="lines",
+                                 name=f"dim {dim} ({g['kind'].iloc[0]}, i={int(g['pair_i'].iloc[0])}, λ={wl:,.1f})"))
+    fig.update_xaxes(title="position")
+    fig.update_yaxes(title="PE(pos, dim)", range=[-1.1, 1.1])
+    return _style(fig, presenter, "Chosen dimensions as sinusoids (λ = wavelength in positions)", 420)
+
+
+def wavelength_figure(wl: np.ndarray, *, presenter: bool = False) -> go.Figure:
+    """Wavelength of each sin/cos pair i (log scale) between the bounds ``2π`` and ``10000·2π`` (Section 3.5)."""
+    i = np.arange(len(wl))
+    fig = go.Figure(go.Scatter(x=i, y=wl, mode="lines+markers", name="wavelength 2π·10000^(2i/d_model)"))
+    for y, name in ((2 * math.pi, "2π"), (10000 * 2 * math.pi, "10000·2π")):
+        fig.add_hline(y=y, line_dash="dot", annotation_text=name)
+    fig.update_xaxes(title="pair i (dimensions 2i, 2i+1)")
+    fig.update_yaxes(title="wavelength (positions)", type="log")
+    return _style(fig, presenter, "Wavelengths form a geometric progression", 380)
+
+
+def similarity_figure(lesson, *, colorscale: str = "Viridis", presenter: bool = False) -> go.Figure:
+    """``PE(p)·PE(q)`` heatmap beside its offset profile ``Σ_i cos(ω_i k)`` (a :class:`lessons.SimilarityLesson`)."""
+    sim, n = lesson.matrix, lesson.matrix.shape[0]
+    s = _stride(n, n)
+    idx = np.arange(0, n, s)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5],
+                        subplot_titles=("PE(p)·PE(q)", "as a function of the offset k = q − p"))
+    fig.add_trace(go.Heatmap(z=sim[np.ix_(idx, idx)], x=idx, y=idx, colorscale=colorscale, colorbar=dict(title="dot", x=0.45),
+                             hovertemplate="p %{y}<br>q %{x}<br>%{z:.3f}<extra></extra>"), 1, 1)
+    fig.add_trace(go.Scatter(x=lesson.offsets, y=lesson.profile, mode="lines", name="Σ_i cos(ω_i k)"), 1, 2)
+    fig.update_yaxes(autorange="reversed", title="position p", row=1, col=1)
+    fig.update_xaxes(title="position q", row=1, col=1)
+    fig.update_xaxes(title="offset k", row=1, col=2)
+    fig.update_yaxes(title="dot product", row=1, col=2)
+    return _style(fig, presenter, f"Similarity depends on the offset only (max deviation {lesson.max_deviation:.1e})", 460)
+
+
+def offset_map_figure(lesson, *, colorscale: str = "RdBu", presenter: bool = False, max_dims: int = 32) -> go.Figure:
+    """``M_k`` (its leading ``max_dims`` dimensions) and the error ``|M_k PE(pos) − PE(pos+k)|`` per position."""
+    m = lesson.matrix
+    d = min(max_dims, m.shape[0])
+    err = np.abs(lesson.predicted - lesson.actual).max(axis=1)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"M_k, k = {lesson.k} (first {d} of {m.shape[0]} dims)",
+                                                        "max |M_k·PE(pos) − PE(pos+k)| per pos"))
+    fig.add_trace(go.Heatmap(z=m[:d, :d], zmin=-1, zmax=1, colorscale=colorscale, colorbar=dict(title="M_k", x=0.45),
+                             hovertemplate="row %{y}<br>col %{x}<br>%{z:.4f}<extra></extra>"), 1, 1)
+    fig.add_trace(go.Scatter(x=lesson.positions, y=err, mode="lines", name="error"), 1, 2)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_xaxes(title="pos", row=1, col=2)
+    fig.update_yaxes(title="abs error", exponentformat="e", row=1, col=2)
+    return _style(fig, presenter, f"PE(pos+k) = M_k PE(pos): max error {lesson.max_error:.2e}", 440)
+
+
+def norms_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
+    """Histogram of ``||√d_model · E[token]||`` over the vocabulary and ``||PE(pos)||`` over positions."""
+    fig = go.Figure()
+    for what, g in df.groupby("what", sort=False):
+        fig.add_trace(go.Histogram(x=g["norm"], name=f"{what} (n={len(g)}, median {g['norm'].median():.2f})",
+                                   opacity=0.7, nbinsx=60))
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title="L2 norm")
+    fig.update_yaxes(title="count")
+    return _style(fig, presenter, "What gets added: scaled token embeddings vs positional encodings", 400)
+
+
+def layouts_figure(interleaved: np.ndarray, concatenated: np.ndarray, *, colorscale: str = "RdBu", presenter: bool = False) -> go.Figure:
+    """Interleaved (paper: sin on even, cos on odd dims) beside concatenated (tensor2tensor) tables."""
+    n, d = interleaved.shape
+    s = _stride(n, 2 * d)
+    rows = np.arange(0, n, s)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("interleaved (paper)", "concatenated (tensor2tensor)"),
+                        horizontal_spacing=0.06)
+    for col, z in ((1, interleaved), (2, concatenated)):
+        fig.add_trace(go.Heatmap(z=z[rows], y=rows, zmin=-1, zmax=1, coloraxis="coloraxis",
+                                 hovertemplate="pos %{y}<br>dim %{x}<br>%{z:.3f}<extra></extra>"), 1, col)
+        fig.update_yaxes(autorange="reversed", row=1, col=col)
+        fig.update_xaxes(title="dimension", row=1, col=col)
+    fig.update_layout(coloraxis=dict(colorscale=colorscale, cmin=-1, cmax=1))
+    fig.update_yaxes(title="position", row=1, col=1)
+    return _style(fig, presenter, "Same numbers, different order of dimensions", 440)
+
+
+def learned_vs_sinusoid_figure(learned: np.ndarray, sinusoid: np.ndarray, *, colorscale: str = "RdBu", presenter: bool = False) -> go.Figure:
+    """A learned position table (Table 3 row (E)) beside the sinusoids of the same size."""
+    lim = float(np.abs(learned).max()) or 1.0
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("learned positions", "sinusoidal (Section 3.5)"))
+    fig.add_trace(go.Heatmap(z=learned, zmin=-lim, zmax=lim, colorscale=colorscale, colorbar=dict(x=0.45)), 1, 1)
+    fig.add_trace(go.Heatmap(z=sinusoid, zmin=-1, zmax=1, colorscale=colorscale), 1, 2)
+    fig.update_yaxes(autorange="reversed", title="position")
+    fig.update_xaxes(title="dimension")
+    return _style(fig, presenter, "The model's learned position table vs sinusoids", 440)
+
+
+# ----------------------------------------------------------------------------------------------- masks
+def mask_figure(mask: np.ndarray, *, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+                title: str = "mask", presenter: bool = False, x_title: str = "key", y_title: str = "query") -> go.Figure:
+    """A bool mask as a two-colour heatmap (dark = may attend, light = masked)."""
+    z = np.asarray(mask, dtype=float)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(x_labels) if x_labels is not None else None, y=list(y_labels) if y_labels is not None else None,
+        zmin=0, zmax=1, colorscale=[[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, "#0072B2"], [1, "#0072B2"]],
+        colorbar=dict(tickvals=[0.25, 0.75], ticktext=["masked", "may attend"]), xgap=1, ygap=1,
+        hovertemplate="%{y} → %{x}: %{z}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title=y_title, type="category")
+    fig.update_xaxes(title=x_title, type="category")
+    return _style(fig, presenter, title, 420)
+
+
+def stage_heatmap(z: np.ndarray, labels: Sequence[str], *, title: str, colorscale: str = "Viridis", presenter: bool = False,
+                  zmin: float | None = None, zmax: float | None = None, text: bool = False) -> go.Figure:
+    """One stage of attention (scores, scaled, masked, weights) as a heatmap. Cells equal to ``-inf`` are left
+    blank and marked ✕ with the legend entry ``−∞ (masked)``."""
+    z = np.asarray(z, dtype=float)
+    labels = list(labels)
+    neg = np.isneginf(z)
+    shown = np.where(np.isfinite(z), z, np.nan)
+    hm = go.Heatmap(z=shown, x=labels, y=labels, colorscale=colorscale, zmin=zmin, zmax=zmax,
+                    hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>", xgap=1, ygap=1)
+    if text:
+        hm.update(text=np.where(neg, "", np.vectorize(lambda v: f"{v:.2f}")(np.nan_to_num(shown))), texttemplate="%{text}")
+    fig = go.Figure(hm)
+    if neg.any():
+        qi, ki = np.nonzero(neg)
+        fig.add_trace(go.Scatter(x=[labels[j] for j in ki], y=[labels[i] for i in qi], mode="markers",
+                                 marker=dict(symbol="x-thin", size=9, line=dict(width=1.5, color="#888")),
+                                 name=MASKED_LABEL, hoverinfo="skip", showlegend=True))
+        fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    fig.update_yaxes(autorange="reversed", type="category", title="query")
+    fig.update_xaxes(type="category", title="key", categoryorder="array", categoryarray=labels)
+    return _style(fig, presenter, title, 460)
+
+
+def future_mass_figure(future_mass: np.ndarray, labels: Sequence[str], *, colorscale: str = "Viridis", presenter: bool = False) -> go.Figure:
+    """Attention mass on future keys per (layer, head) row and query column, without the causal mask."""
+    L, H, T = future_mass.shape
+    rows = [f"L{l} H{h}" for l in range(L) for h in range(H)]
+    fig = go.Figure(go.Heatmap(z=future_mass.reshape(L * H, T), x=list(labels), y=rows, zmin=0, zmax=1, colorscale=colorscale,
+                               colorbar=dict(title="future mass"),
+                               hovertemplate="%{y}<br>query %{x}<br>mass on future keys %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category", title="layer / head")
+    fig.update_xaxes(type="category", title="query (decoder input)")
+    return _style(fig, presenter, "Without the mask: attention mass on future tokens (with it: exactly 0)", max(360, 18 * L * H + 120))
+
+
+def leak_predictions_figure(p_masked: np.ndarray, p_unmasked: np.ndarray, labels: Sequence[str], *, presenter: bool = False) -> go.Figure:
+    """Probability of the true next token at each position, with vs without the causal mask."""
+    fig = go.Figure([
+        go.Bar(x=list(labels), y=p_masked, name="causal mask (as trained)"),
+        go.Bar(x=list(labels), y=p_unmasked, name="no mask (future visible)"),
+    ])
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(type="category", title="decoder input position")
+    fig.update_yaxes(title="p(true next token)", range=[0, 1])
+    return _style(fig, presenter, "Teacher-forced: probability of the next reference token", 400)
+
+
+# ----------------------------------------------------------------------------------------------- scaled dot-product
+def dot_histogram(samples: np.ndarray, d_k: int, *, scaled: bool = False, presenter: bool = False) -> go.Figure:
+    """Histogram (density) of ``q·k`` (or ``q·k/√d_k``) with the theoretical normal density ``N(0, d_k)``
+    (or ``N(0, 1)``)."""
+    x = samples / math.sqrt(d_k) if scaled else samples
+    sd = 1.0 if scaled else math.sqrt(d_k)
+    grid = np.linspace(-4.5 * sd, 4.5 * sd, 300)
+    pdf = np.exp(-0.5 * (grid / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+    what = "q·k/√d_k" if scaled else "q·k"
+    fig = go.Figure([
+        go.Histogram(x=x, histnorm="probability density", name=f"{len(x):,} samples of {what}", nbinsx=80, opacity=0.75),
+        go.Scatter(x=grid, y=pdf, mode="lines", name=f"N(0, {'1' if scaled else d_k})", line=dict(width=3)),
+    ])
+    fig.update_xaxes(title=what)
+    fig.update_yaxes(title="density")
+    return _style(fig, presenter, f"d_k = {d_k}: sample variance {np.var(x):.2f} (theory {1 if scaled else d_k})", 400)
+
+
+def sharpness_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
+    """Mean entropy and mean largest weight of softmax over random keys vs d_k, scaled vs unscaled."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("entropy of the weights (nats)", "largest weight"))
+    for i, (name, g) in enumerate(df.groupby("scaling", sort=False)):
+        color = SAFE_COLORS[i]
+        fig.add_trace(go.Scatter(x=g["d_k"], y=g["entropy"], mode="lines+markers", name=name, line=dict(color=color)), 1, 1)
+        fig.add_trace(go.Scatter(x=g["d_k"], y=g["max_weight"], mode="lines+markers", name=name, line=dict(color=color), showlegend=False), 1, 2)
+    fig.add_hline(y=float(df["max_entropy"].iloc[0]), line_dash="dot", annotation_text="uniform", row=1, col=1)
+    fig.update_xaxes(type="log", title="d_k")
+    return _style(fig, presenter, "Unscaled scores saturate the softmax as d_k grows", 400)
+
+
+def matrix_figure(z: np.ndarray, *, title: str, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+                  colorscale: str = "Viridis", presenter: bool = False) -> go.Figure:
+    """A small matrix with its numbers written in the cells (``-inf`` blank and marked ✕)."""
+    z = np.asarray(z, dtype=float)
+    rl = list(row_labels) if row_labels is not None else [f"r{i}" for i in range(z.shape[0])]
+    cl = list(col_labels) if col_labels is not None else [f"c{j}" for j in range(z.shape[1])]
+    neg = np.isneginf(z)
+    shown = np.where(np.isfinite(z), z, np.nan)
+    text = np.where(neg, "−∞", np.vectorize(lambda v: f"{v:.3g}")(np.nan_to_num(shown)))
+    fig = go.Figure(go.Heatmap(z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale=colorscale, xgap=2, ygap=2,
+                               hovertemplate="%{y}, %{x}: %{text}<extra></extra>"))
+    if neg.any():
+        qi, ki = np.nonzero(neg)
+        fig.add_trace(go.Scatter(x=[cl[j] for j in ki], y=[rl[i] for i in qi], mode="markers", name=MASKED_LABEL,
+                                 marker=dict(symbol="x-thin", size=22, line=dict(width=1, color="#bbb")), hoverinfo="skip"))
+        fig.update_layout(legend=dict(orientation="h", y=-0.2))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", side="top")
+    return _style(fig, presenter, title, 60 * z.shape[0] + 160)
+
+
+# ----------------------------------------------------------------------------------------------- model / training
+def parameters_figure(summaries: dict[str, pd.DataFrame], *, presenter: bool = False, log: bool = False) -> go.Figure:
+    """Grouped bars: parameters per (stack, component) for each named model (frames of
+    :func:`lessons.parameter_summary`)."""
+    fig = go.Figure()
+    for name, df in summaries.items():
+        x = [f"{s} · {c}" for s, c in zip(df["stack"], df["component"])]
+        fig.add_trace(go.Bar(x=x, y=df["parameters"], name=f"{name} ({int(df['parameters'].sum()):,})",
+                             hovertemplate="%{x}<br>%{y:,} parameters<extra></extra>"))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="parameters", type="log" if log else "linear")
+    return _style(fig, presenter, "Parameters per component", 440)
+
+
+def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
+    """Loss (train, valid), BLEU and learning rate over steps from a metrics log (:func:`lessons.load_metrics`)."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("loss (nats / token)", "valid BLEU", "learning rate"))
+    if "train_loss" in df:
+        g = df.dropna(subset=["train_loss"])
+        fig.add_trace(go.Scatter(x=g["step"], y=g["train_loss"], mode="lines", name="train loss (label-smoothed)"), 1, 1)
+    if "valid_loss" in df:
+        g = df.dropna(subset=["valid_loss"])
+        fig.add_trace(go.Scatter(x=g["step"], y=g["valid_loss"], mode="lines+markers", name="valid loss"), 1, 1)
+    if "valid_bleu" in df:
+        g = df.dropna(subset=["valid_bleu"])
+        fig.add_trace(go.Scatter(x=g["step"], y=g["valid_bleu"], mode="lines+markers", name="valid BLEU"), 1, 2)
+    if "lr" in df:
+        g = df.dropna(subset=["lr"])
+        fig.add_trace(go.Scatter(x=g["step"], y=g["lr"], mode="lines", name="lr"), 1, 3)
+    fig.update_xaxes(title="step")
+    return _style(fig, presenter, "Training curves", 400)
+
+
+def lr_figure(schedules: dict[str, pd.DataFrame], *, presenter: bool = False, peaks: dict[str, tuple[int, float]] | None = None) -> go.Figure:
+    """Equation 3 for one or more settings (frames of :func:`lessons.lr_schedule`), with the peaks marked."""
+    fig = go.Figure()
+    for name, df in schedules.items():
+        fig.add_trace(go.Scatter(x=df["step"], y=df["lr"], mode="lines", name=name))
+    for name, (s, v) in (peaks or {}).items():
+        fig.add_trace(go.Scatter(x=[s], y=[v], mode="markers+text", text=[f"peak at step {s:,}"], textposition="top right",
+                                 marker=dict(size=10, symbol="diamond"), name=f"peak ({name})"))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="learning rate", exponentformat="e")
+    return _style(fig, presenter, "lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)", 420)
+
+
+def smoothing_target_figure(q: np.ndarray, true_index: int, *, presenter: bool = False) -> go.Figure:
+    """The one-hot target beside the label-smoothed one (bars over the vocabulary)."""
+    v = len(q)
+    onehot = np.zeros(v)
+    onehot[true_index] = 1.0
+    x = np.arange(v)
+    fig = go.Figure([go.Bar(x=x, y=onehot, name="one-hot"), go.Bar(x=x, y=q, name="label-smoothed q")])
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="token id (true token marked)")
+    fig.update_yaxes(title="target probability", range=[0, 1.05])
+    fig.add_vline(x=true_index, line_dash="dot")
+    return _style(fig, presenter, f"Target distribution (sums to {q.sum():.6f})", 380)
+
+
+def smoothing_loss_figure(curve: pd.DataFrame, marks: pd.DataFrame | None = None, *, presenter: bool = False) -> go.Figure:
+    """Plain cross-entropy and smoothed loss as functions of p(true token) (frame of
+    :func:`lessons.label_smoothing_table`), with chosen predictions marked."""
+    fig = go.Figure([
+        go.Scatter(x=curve["p_true"], y=curve["cross_entropy"], mode="lines", name="cross-entropy −log p(y)"),
+        go.Scatter(x=curve["p_true"], y=curve["smoothed_loss"], mode="lines", name="label-smoothed loss"),
+    ])
+    if marks is not None:
+        fig.add_trace(go.Scatter(x=marks["p_true"], y=marks["smoothed_loss"], mode="markers+text",
+                                 text=[f"{l}" for l in marks.get("label", marks["p_true"])], textposition="top center",
+                                 marker=dict(size=12, symbol="circle-open", line=dict(width=2)), name="chosen predictions"))
+    fig.update_xaxes(title="p(true token)")
+    fig.update_yaxes(title="loss (nats)")
+    return _style(fig, presenter, "Label smoothing penalises over-confidence", 400)
