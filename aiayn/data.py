@@ -997,7 +997,7 @@ def _datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> str:
     for name, c in sheet["counts"].items():
         L.append(f"| {name} | {c['pairs']:,} | {c['sentences']:,} | {c['phrases']:,} |")
     sp = sheet["split"]
-    L.append(f"\nValid and test are drawn from {'full sentences only (ends in . ! ? , 4+ words, both sides)' if sp['heldout_pool'] == 'sentences' else 'all pairs'}, "
+    L.append(f"\nValid and test are drawn from {'full sentences only (both sides: ends in . ! ?, 4+ words, starts upper-case, does not end in an abbreviation such as sth./etw., and has no Ding /-alternatives)' if sp['heldout_pool'] == 'sentences' else 'all pairs'}, "
              f"with seed {sheet['parameters']['seed']}; each held-out German or English sentence occurs once "
              "in valid+test and nowhere in train (compared case- and whitespace-normalised).")
     L.append("\n## Length in words (histogram)\n")
