@@ -403,3 +403,31 @@ def test_cli_ding_end_to_end(tmp_path, capsys):
     from aiayn.tokenizer import Tokenizer
     tok = Tokenizer.load(out / "spm.model")
     assert tok.vocab_size == 600 and tok.pad_id == 0 and tok.eos_id == 3
+
+
+def test_cli_moses_and_tsv(tmp_path, sample_pairs, capsys):
+    pairs, _ = sample_pairs
+    src, tgt = tmp_path / "corpus.de", tmp_path / "corpus.en"
+    src.write_text("".join(p.de + "\n" for p in pairs), encoding="utf-8")
+    tgt.write_text("".join(p.en + "\n" for p in pairs), encoding="utf-8")
+    out = tmp_path / "moses"
+    assert data.cli_main(["moses", str(src), str(tgt), "--out", str(out), "--vocab-size", "600",
+                          "--n-valid", "5", "--n-test", "10"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    sheet = json.loads((out / "datasheet.json").read_text(encoding="utf-8"))
+    assert sheet["parameters"]["heldout_pool"] == "sentences"     # enough sentence pairs for "auto"
+    assert [len(read_tsv(out / f"{n}.tsv")) for n in ("valid", "test")] == [5, 10]
+    # a TSV without header, too few sentences for 40 held-out pairs -> "auto" falls back to all pairs
+    nohead = tmp_path / "c.tsv"
+    nohead.write_text("".join(f"{p.de}\t{p.en}\n" for p in pairs[:200]), encoding="utf-8")
+    out2 = tmp_path / "tsv"
+    assert data.cli_main(["tsv", str(nohead), "--no-header", "--out", str(out2), "--vocab-size", "600",
+                          "--n-valid", "20", "--n-test", "20"]) == 0
+    sheet2 = json.loads((out2 / "datasheet.json").read_text(encoding="utf-8"))
+    assert sheet2["parameters"]["heldout_pool"] == "all"
+    held = {normalize(s) for n in ("valid", "test") for p in read_tsv(out2 / f"{n}.tsv") for s in p}
+    assert not held & {normalize(s) for p in read_tsv(out2 / "train.tsv") for s in p}
+    # mismatched Moses files: clear error, exit code 1
+    tgt.write_text("only one line\n", encoding="utf-8")
+    assert data.cli_main(["moses", str(src), str(tgt), "--out", str(tmp_path / "bad")]) == 1
+    assert "line counts differ" in capsys.readouterr().err
