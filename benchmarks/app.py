@@ -1,0 +1,196 @@
+"""App timings in a real headless Chromium (Debian's ``chromium`` through Playwright):
+
+* **first page**: seconds from starting ``python -m streamlit run app.py`` to the first page rendered in
+  the browser (``[data-testid=stApp][data-test-script-state=notRunning]``, then two animation frames so
+  that the page is painted). Chromium is started before the clock starts.
+* **head switch**: on ``pages/2_Attention_Explorer.py``, milliseconds from changing the widget labelled
+  "Head" (slider, number input, select box, radio or segmented control) to the end of the rerun it
+  triggers (script state ``running`` then ``notRunning``, then two animation frames); median of several
+  switches, alternating between two heads.
+
+Anything missing (``app.py``, the page, Chromium, Playwright, a widget labelled "Head") gives ``n/a`` with
+the reason, never an error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .common import REPO
+from .timing import Stats
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+EXPLORER_PAGE = "pages/2_Attention_Explorer.py"
+READY = "[data-testid=stApp][data-test-script-state=notRunning]"
+_PAINTED = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))"
+_OBSERVE = """() => {
+  const el = document.querySelector('[data-testid=stApp]');
+  window.__aiaynStates = [];
+  if (window.__aiaynObserver) window.__aiaynObserver.disconnect();
+  window.__aiaynObserver = new MutationObserver(() =>
+    window.__aiaynStates.push([el.getAttribute('data-test-script-state'), performance.now()]));
+  window.__aiaynObserver.observe(el, {attributes: true, attributeFilter: ['data-test-script-state']});
+}"""
+_RERUN_DONE = """() => {
+  const s = window.__aiaynStates || [];
+  const el = document.querySelector('[data-testid=stApp]');
+  return s.some(x => x[0] === 'running') && el.getAttribute('data-test-script-state') === 'notRunning';
+}"""
+
+
+def find_chromium(explicit: str | None = None) -> str | None:
+    """``explicit``, ``$AIAYN_CHROMIUM``, or the first Debian/Ubuntu Chromium found; None if none exists."""
+    for cand in (explicit, os.environ.get("AIAYN_CHROMIUM"), *CHROMIUM_CANDIDATES, shutil.which("chromium")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_health(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.read().decode().strip() == "ok":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"streamlit not healthy after {timeout:.0f} s")
+
+
+def _head_widget(page):
+    """``(kind, locator)`` of the first widget whose label starts with "Head", or None."""
+    label = re.compile(r"^\s*head\b", re.I)
+    for kind, testid in (("slider", "stSlider"), ("number", "stNumberInput"), ("select", "stSelectbox"),
+                         ("radio", "stRadio"), ("buttons", "stButtonGroup"), ("select", "stSelectSlider")):
+        boxes = page.locator(f"[data-testid={testid}]")
+        for i in range(boxes.count()):
+            box = boxes.nth(i)
+            lab = box.locator("[data-testid=stWidgetLabel]")
+            if lab.count() and label.search(lab.first.inner_text()):
+                return kind, box
+    return None
+
+
+def _switch(page, kind: str, box, forward: bool) -> None:
+    if kind == "slider":
+        thumb = box.locator("[role=slider]").first
+        thumb.focus()
+        thumb.press("ArrowRight" if forward else "ArrowLeft")
+    elif kind == "number":
+        box.locator("[data-testid=stNumberInputStepUp]" if forward else "[data-testid=stNumberInputStepDown]").click()
+    elif kind == "select":
+        box.click()
+        opts = page.locator("[role=option]")
+        opts.nth(1 if forward else 0).click()
+    elif kind == "radio":
+        box.locator("label").nth(1 if forward else 0).click()
+    else:
+        box.locator("button").nth(1 if forward else 0).click()
+
+
+def measure_app(*, chromium: str, switches: int = 5, timeout: float = 120.0) -> dict:
+    """Run the app and time it (see the module docstring). Returns ``first_page_s``, ``server_ready_s``,
+    and ``head_switch_ms`` (list) or ``head_switch_na`` (reason)."""
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true", f"--server.port={port}",
+           "--server.address=127.0.0.1", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+    out: dict = {"command": " ".join(cmd[1:])}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"])
+        page = browser.new_page()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_health(url, proc, timeout)
+            out["server_ready_s"] = time.perf_counter() - t0
+            page.goto(url, timeout=timeout * 1000)
+            page.wait_for_selector(READY, timeout=timeout * 1000)
+            page.evaluate(_PAINTED)
+            out["first_page_s"] = time.perf_counter() - t0
+            if page.locator("[data-testid=stException]").count():
+                out["first_page_warning"] = "the first page shows an exception"
+            if not (REPO / EXPLORER_PAGE).is_file():
+                out["head_switch_na"] = f"{EXPLORER_PAGE} does not exist yet"
+                return out
+            page.goto(url + "/Attention_Explorer", timeout=timeout * 1000)
+            page.wait_for_selector(READY, timeout=timeout * 1000)
+            page.evaluate(_PAINTED)
+            if page.locator("[data-testid=stException]").count():
+                out["head_switch_na"] = "the explorer page shows an exception: " + page.locator("[data-testid=stException]").first.inner_text()[:200]
+                return out
+            found = _head_widget(page)
+            if found is None:
+                out["head_switch_na"] = "no widget labelled 'Head' on the explorer page"
+                return out
+            kind, box = found
+            out["head_widget"] = kind
+            times = []
+            for i in range(switches + 1):
+                page.evaluate(_OBSERVE)
+                start = page.evaluate("() => performance.now()")
+                _switch(page, kind, box, forward=(i % 2 == 0))
+                page.wait_for_function(_RERUN_DONE, timeout=30000)
+                end = page.evaluate(_PAINTED)
+                if i > 0:  # the first switch warms caches
+                    times.append(end - start)
+            out["head_switch_ms"] = times
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            browser.close()
+    return out
+
+
+def run(ctx) -> list:
+    from .report import Row, na
+
+    first, switch = ("app.cpu.first_page", "app", "cpu", "app first page after `streamlit run`", "s"), \
+                    ("app.cpu.head_switch", "app", "cpu", "explorer re-render after a head switch", "ms")
+    if not (REPO / "app.py").is_file():
+        return [na(*first, "app.py does not exist yet"), na(*switch, "app.py does not exist yet")]
+    chromium = find_chromium(getattr(ctx, "chromium", None))
+    if chromium is None:
+        why = "Chromium not found (apt-get install chromium, or set AIAYN_CHROMIUM)"
+        return [na(*first, why), na(*switch, why)]
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return [na(*first, "python playwright is not installed"), na(*switch, "python playwright is not installed")]
+    ctx.log(f"[app] streamlit run app.py with {chromium}")
+    try:
+        res = measure_app(chromium=chromium, switches=2 if ctx.quick else 7)
+    except Exception as exc:  # a broken app must not lose the other groups
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return [na(*first, why), na(*switch, why)]
+    rows = [Row(*first, res["first_page_s"], f"server healthy after {res['server_ready_s']:.1f} s" + (f"; {res['first_page_warning']}" if "first_page_warning" in res else ""), res)]
+    if "head_switch_ms" in res:
+        st = Stats.of(res["head_switch_ms"])
+        rows.append(Row(*switch, st.median, f"p95 {st.p95:.0f} ms, {st.n} switches via {res['head_widget']}", {"samples_ms": res["head_switch_ms"]}))
+    else:
+        rows.append(na(*switch, res["head_switch_na"]))
+    return rows
