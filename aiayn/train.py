@@ -377,18 +377,27 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
                     (loss * world / n_tok).backward()
                 loss_sum += float(loss.detach())
             opt.step()
+            n_tok_global = int(n_tok.item())
+            if world > 1:  # log the loss of the global batch, not only rank 0's share
+                loss_t = torch.tensor(loss_sum, dtype=torch.float64, device=device)
+                dist.all_reduce(loss_t)
+                loss_sum = float(loss_t.item())
             state["step"] = step
             state["batch_in_epoch"] = k + 1
-            state["tokens"] += int(n_tok.item())
+            state["tokens"] += n_tok_global
             window_loss += loss_sum
-            window_tok += n_tok_local
+            window_tok += n_tok_global
             elapsed = time.perf_counter() - window_t0
-            tps = window_tok * world / max(elapsed, 1e-9)
+            tps = window_tok / max(elapsed, 1e-9)
             bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / max(n_tok_local, 1):.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
+            bar.set_postfix(loss=f"{loss_sum / max(n_tok_global, 1):.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
             log_now = step % max(1, tc.valid_every // 10) == 0
             valid_now = tc.valid_every > 0 and step % tc.valid_every == 0
             out_of_time = tc.max_minutes > 0 and (time.perf_counter() - t_start) / 60 >= tc.max_minutes
+            if world > 1 and tc.max_minutes > 0:  # ranks must agree on stopping, or the others hang in all_reduce
+                flag = torch.tensor(float(out_of_time), device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                out_of_time = bool(flag.item())
             last = step >= tc.max_steps or out_of_time
             if rank == 0 and (log_now or valid_now or last):
                 rec = {"step": step, "epoch": state["epoch"], "train_loss": window_loss / max(window_tok, 1), "lr": lr,
@@ -472,10 +481,16 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def cli_main(argv: list[str]) -> int:
-    """``aiayn train --data DIR --run DIR [--direction en-de] [--preset base] [--set d_model=256 ...]``."""
+    """``aiayn train --data DIR --run DIR [--direction en-de] [--preset base] [--set d_model=256 ...]``.
+
+    Several processes: ``torchrun --nproc_per_node=N -m aiayn train --data DIR --run-dir DIR ...``
+    (``--run-dir``, not ``--run``, which torchrun's own parser rejects as ambiguous).
+    """
     ap = argparse.ArgumentParser(prog="aiayn train", description="Train with the paper's recipe (Section 5). Use torchrun for several GPUs.")
     ap.add_argument("--data", required=True, help="prepared data directory (train/valid.tsv, spm.model)")
-    ap.add_argument("--run", required=True, help="run directory (states, metrics.jsonl)")
+    # "--run-dir" too: under torchrun, whose own parser takes "--run" for an ambiguous abbreviation of its
+    # "--run-path" and refuses the command line ("torchrun ... -m aiayn train --run-dir DIR" works).
+    ap.add_argument("--run", "--run-dir", dest="run", required=True, help="run directory (states, metrics.jsonl)")
     ap.add_argument("--direction", default="en-de", choices=["en-de", "de-en"])
     ap.add_argument("--preset", default="base")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="model config overrides, e.g. d_model=256 n_layers=6")
