@@ -752,3 +752,25 @@ def label_smoothing_table(vocab_size: int, true_index: int, epsilon_ls: float, p
         rows.append({"p_true": pt, "cross_entropy": float(-math.log(pt)),
                      "smoothed_loss": smoothed_cross_entropy(p, true_index, epsilon_ls)})
     return pd.DataFrame(rows)
+
+
+def parse_int_list(text: Any, name: str = "values", *, max_items: int = 12) -> list[int]:
+    """Parse ``"0, 1, 64"`` into ``[0, 1, 64]`` (commas or spaces).
+
+    Raises:
+        LessonInputError: a non-integer item, no item, or more than ``max_items``.
+    """
+    if not isinstance(text, str):
+        raise LessonInputError(f"{name}: expected a comma-separated list of whole numbers")
+    items = [t for t in text.replace(",", " ").split() if t]
+    if not items:
+        raise LessonInputError(f"{name}: enter at least one whole number")
+    if len(items) > max_items:
+        raise LessonInputError(f"{name}: at most {max_items} values, got {len(items)}")
+    out = []
+    for t in items:
+        try:
+            out.append(int(t))
+        except ValueError:
+            raise LessonInputError(f"{name}: {t[:20]!r} is not a whole number") from None
+    return out

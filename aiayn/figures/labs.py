@@ -24,7 +24,6 @@ MASKED_LABEL = "−∞ (masked)"
 def _style(fig: go.Figure, presenter: bool, title: str | None = None, height: int | None = None) -> go.Figure:
     size = 20 if presenter else 13
     fig.update_layout(
-        template="plotly_white",
         font=dict(size=size),
         title=dict(text=title, font=dict(size=size + 3)) if title else None,
         margin=dict(l=60, r=30, t=70 if title else 30, b=50),
@@ -172,6 +171,21 @@ def mask_figure(mask: np.ndarray, *, x_labels: Sequence[str] | None = None, y_la
     fig.update_yaxes(autorange="reversed", title=y_title, type="category")
     fig.update_xaxes(title=x_title, type="category")
     return _style(fig, presenter, title, 420)
+
+
+def padding_figure(pieces: Sequence[Sequence[str]], key_mask: np.ndarray, *, presenter: bool = False) -> go.Figure:
+    """The padding mask of a batch ``(B, T)``: one row per sentence, its pieces written in the cells."""
+    km = np.asarray(key_mask, dtype=float)
+    b, t = km.shape
+    rows = [f"sentence {i}" for i in range(b)]
+    fig = go.Figure(go.Heatmap(
+        z=km, x=[str(j) for j in range(t)], y=rows, text=[list(p) for p in pieces], texttemplate="%{text}",
+        zmin=0, zmax=1, colorscale=[[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, "#56B4E9"], [1, "#56B4E9"]],
+        colorbar=dict(tickvals=[0.25, 0.75], ticktext=["pad (masked)", "token"]), xgap=2, ygap=2,
+        hovertemplate="%{y}, position %{x}: %{text}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", title="position (key)")
+    return _style(fig, presenter, "Padding mask: keys that are real tokens (True) vs pads", 120 + 50 * b)
 
 
 def stage_heatmap(z: np.ndarray, labels: Sequence[str], *, title: str, colorscale: str = "Viridis", presenter: bool = False,
