@@ -565,8 +565,8 @@ def attention_steps(q: Any, k: Any, v: Any, mask: Any | None = None) -> Attentio
     den = e.sum(-1, keepdims=True)
     weights = np.where(ok, e / np.where(den > 0, den, 1.0), 0.0)
     output = weights @ v
-    tq, tk, tv = (torch.from_numpy(x)[None, None] for x in (q, k, v))
-    tm = None if m is None else torch.from_numpy(m)[None, None]
+    tq, tk, tv = (torch.tensor(x)[None, None] for x in (q, k, v))
+    tm = None if m is None else torch.tensor(m)[None, None]
     ref = scaled_dot_product_attention(tq, tk, tv, tm, need_weights=True)
     ref_out, ref_w = ref.output[0, 0].numpy(), ref.weights[0, 0].numpy()
     diff = float(max(np.abs(ref_out - output).max(), np.abs(ref_w - weights).max()))
