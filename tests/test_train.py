@@ -1,0 +1,424 @@
+"""The training recipe of Section 5, checked against formulas written out here and against independent runs.
+
+* Equation 3 (learning rate), label smoothing (Section 5.4) against hand-computed values and torch's own
+  ``cross_entropy(label_smoothing=...)``.
+* A short run on real Ding pairs (tests/fixtures/ding_sample.txt) lowers the loss.
+* Checkpoint averaging (Section 6.1) equals the mean computed here with numpy.
+* Resume after an interruption continues exactly (weights, Adam moments, dropout RNG, data order).
+* Run states are written atomically and pruned to the last ``keep``.
+* 2-process DDP on CPU (gloo) gives the weights of one process accumulating the same micro-batches.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.numpy import load_file as np_load_file
+
+from aiayn.train import TrainConfig, label_smoothed_loss, list_states, noam_lr, save_state, step_batches, train
+
+REPO = Path(__file__).resolve().parent.parent
+QUIET = lambda *a, **k: None  # noqa: E731  (train's log callback)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Equation 3
+# ---------------------------------------------------------------------------------------------------------
+def eq3(step: int, d_model: int, warmup: int) -> float:
+    """lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5), written out by regime."""
+    if step <= warmup:  # "increasing the learning rate linearly for the first warmup_steps training steps"
+        return step * warmup ** -1.5 / math.sqrt(d_model)
+    return 1.0 / math.sqrt(d_model * step)  # "decreasing it thereafter proportionally to the inverse square root"
+
+
+@pytest.mark.parametrize("d_model,warmup", [(512, 4000), (256, 400), (64, 1)])
+def test_noam_lr_equals_equation_3(d_model, warmup):
+    for step in [1, 2, 3, warmup // 2 + 1, warmup - 1, warmup, warmup + 1, 2 * warmup, 10 * warmup, 100_000]:
+        if step < 1:
+            continue
+        assert noam_lr(step, d_model, warmup) == pytest.approx(eq3(step, d_model, warmup), rel=1e-12)
+        assert noam_lr(step, d_model, warmup, lr_scale=2.5) == pytest.approx(2.5 * eq3(step, d_model, warmup), rel=1e-12)
+
+
+def test_noam_lr_peak_and_regimes():
+    d, w = 512, 4000
+    # the paper's base setting peaks at 1/sqrt(512 * 4000) = 6.98771e-4 (hand-computed: sqrt(2048000) = 1431.0835)
+    assert noam_lr(w, d, w) == pytest.approx(1 / 1431.0835, rel=1e-6)
+    lrs = [noam_lr(s, d, w) for s in range(1, 3 * w + 1)]
+    assert int(np.argmax(lrs)) + 1 == w
+    # warmup regime: linear in step (lr(2s) = 2 lr(s)); decay regime: lr(4s) = lr(s) / 2
+    assert noam_lr(200, d, w) == pytest.approx(2 * noam_lr(100, d, w), rel=1e-12)
+    assert noam_lr(4 * 5000, d, w) == pytest.approx(noam_lr(5000, d, w) / 2, rel=1e-12)
+    # strictly increasing before the peak, strictly decreasing after
+    assert all(a < b for a, b in zip(lrs[: w - 1], lrs[1:w]))
+    assert all(a > b for a, b in zip(lrs[w - 1 : -1], lrs[w:]))
+
+
+def test_noam_lr_rejects_step_zero():
+    with pytest.raises(ValueError, match="step"):
+        noam_lr(0, 512, 4000)
+    with pytest.raises(ValueError, match="warmup"):
+        noam_lr(1, 512, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Label smoothing (Section 5.4)
+# ---------------------------------------------------------------------------------------------------------
+def test_label_smoothing_hand_computed():
+    """V = 4, pad id 0. Position 1: p = (1, 1, 2, 4) / 8, target 3. Position 2: uniform p, target 1.
+    Position 3: target = pad (ignored, whatever its logits)."""
+    eps = 0.1
+    logits = torch.tensor([[[0.0, 0.0, math.log(2), math.log(4)], [0.0, 0.0, 0.0, 0.0], [50.0, -50.0, 3.0, 7.0]]])
+    target = torch.tensor([[3, 1, 0]])
+    loss, nll, n = label_smoothed_loss(logits, target, eps, pad_id=0)
+    # NLL: -log(4/8) - log(1/4) = log 2 + log 4 = log 8
+    assert n == 2
+    assert float(nll) == pytest.approx(math.log(8), rel=1e-6)
+    # smoothed: q = 0.9 * onehot + 0.1 / 4; H(q, p) = 0.9 * NLL + 0.1 * mean_v(-log p_v)
+    pos1 = 0.9 * math.log(2) + 0.1 * (math.log(8) + math.log(8) + math.log(4) + math.log(2)) / 4
+    pos2 = math.log(4)  # uniform p: every term is log 4
+    assert float(loss) == pytest.approx(pos1 + pos2, rel=1e-6)
+    # independent reference: torch's label-smoothed cross-entropy (same eps / V convention)
+    ref = F.cross_entropy(logits.view(-1, 4), target.view(-1), ignore_index=0, label_smoothing=eps, reduction="sum")
+    assert float(loss) == pytest.approx(float(ref), rel=1e-6)
+    # eps = 0 is plain NLL
+    loss0, nll0, _ = label_smoothed_loss(logits, target, 0.0, pad_id=0)
+    assert float(loss0) == pytest.approx(math.log(8), rel=1e-6) and float(nll0) == pytest.approx(math.log(8), rel=1e-6)
+
+
+def test_label_smoothing_pads_ignored_random():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    loss, nll, n = label_smoothed_loss(logits, target, 0.1, pad_id=0)
+    keep = target != 0
+    assert n == int(keep.sum()) == 9
+    ref_nll = F.cross_entropy(logits[keep], target[keep], reduction="sum")
+    ref_ls = F.cross_entropy(logits[keep], target[keep], label_smoothing=0.1, reduction="sum")
+    assert float(nll) == pytest.approx(float(ref_nll), rel=1e-5)
+    assert float(loss) == pytest.approx(float(ref_ls), rel=1e-5)
+    # changing logits at pad positions changes nothing
+    logits2 = logits.clone()
+    logits2[~keep] = 1000.0
+    loss2, nll2, _ = label_smoothed_loss(logits2, target, 0.1, pad_id=0)
+    assert float(loss2) == float(loss) and float(nll2) == float(nll)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A tiny data directory from the real fixture pairs
+# ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory, fixture_pairs, tiny_spm) -> Path:
+    """train/valid/test/dictionary TSVs (split leak-free by aiayn.data) and the tiny spm.model."""
+    from aiayn.data import build_dictionary, make_splits, write_tsv
+
+    d = tmp_path_factory.mktemp("ding_tiny")
+    splits = make_splits(fixture_pairs, n_valid=8, n_test=8, heldout_pool="auto")
+    for name, pairs in splits.items():
+        write_tsv(pairs, d / f"{name}.tsv")
+    write_tsv(build_dictionary(splits["train"]), d / "dictionary.tsv")
+    shutil.copyfile(tiny_spm, d / "spm.model")
+    return d
+
+
+def tiny_tc(data: Path, run: Path, **kw) -> TrainConfig:
+    base = dict(data_dir=str(data), run_dir=str(run), direction="en-de", preset="tiny", model_overrides={"dropout": 0.1},
+                max_tokens=512, accumulation=1, warmup_steps=20, max_steps=12, valid_every=1000, valid_bleu_sentences=0,
+                save_every=1000, keep=5, threads=1, seed=7)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def weights(state_dir: Path) -> dict[str, np.ndarray]:
+    return np_load_file(str(state_dir / "model.safetensors"))
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_short_run_lowers_loss_on_real_pairs(tiny_data, tmp_path):
+    run = tmp_path / "run"
+    tc = tiny_tc(tiny_data, run, max_steps=40, valid_every=20, valid_bleu_sentences=2, save_every=20)
+    train(tc, log=QUIET)
+    recs = read_metrics(run)
+    assert [r["step"] for r in recs] == list(range(2, 41, 2))  # a record every valid_every // 10 = 2 steps
+    first = recs[0]["train_loss"]
+    last = float(np.mean([r["train_loss"] for r in recs[-3:]]))
+    # an untrained model sits near log V (uniform over 320 pieces); 40 steps must be clearly below
+    assert first > math.log(320) - 1.0
+    assert last < first - 1.0, (first, last)
+    valid = [r for r in recs if "valid_loss" in r]
+    assert [r["step"] for r in valid] == [20, 40]
+    assert valid[-1]["valid_loss"] < valid[0]["valid_loss"] + 0.5 and all(np.isfinite(r["valid_loss"]) for r in valid)
+    assert all(0.0 <= r["valid_bleu"] <= 100.0 for r in valid)
+    # lr follows Equation 3 in the log
+    for r in recs:
+        assert r["lr"] == pytest.approx(eq3(r["step"], 64, 20), rel=1e-12)
+    assert [p.name for p in list_states(run)] == ["step_00000020", "step_00000040"]
+    cfg = json.loads((run / "train_config.json").read_text())
+    assert cfg["max_steps"] == 40 and cfg["preset"] == "tiny"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keep, averaging, export
+# ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved_run(tiny_data, tmp_path_factory) -> Path:
+    """7 steps, a state saved after every step, keep = 3."""
+    run = tmp_path_factory.mktemp("keep") / "run"
+    train(tiny_tc(tiny_data, run, max_steps=7, save_every=1, keep=3), log=QUIET)
+    return run
+
+
+def test_keep_prunes_to_last_k(saved_run):
+    assert [p.name for p in list_states(saved_run)] == ["step_00000005", "step_00000006", "step_00000007"]
+    assert sorted(p.name for p in saved_run.iterdir() if p.name.startswith(("step_", ".step_"))) == [
+        "step_00000005", "step_00000006", "step_00000007"]
+    for p in list_states(saved_run):
+        assert json.loads((p / "trainer_state.json").read_text())["step"] == int(p.name.split("_")[1])
+    # consecutive states differ (the optimizer really stepped)
+    w5, w7 = weights(saved_run / "step_00000005"), weights(saved_run / "step_00000007")
+    assert any(not np.array_equal(w5[k], w7[k]) for k in w5)
+
+
+def _numpy_mean(dirs: list[Path]) -> dict[str, np.ndarray]:
+    ws = [weights(d) for d in dirs]
+    return {k: np.mean(np.stack([w[k].astype(np.float64) for w in ws]), axis=0) for k in ws[0]}
+
+
+def test_average_checkpoints_is_arithmetic_mean(saved_run):
+    from aiayn.checkpoint import average_checkpoints
+
+    dirs = list_states(saved_run)
+    avg = average_checkpoints([d / "model.safetensors" for d in dirs])
+    ref = _numpy_mean(dirs)
+    assert set(avg) == set(ref)
+    for k in ref:
+        assert avg[k].dtype == torch.float32
+        np.testing.assert_allclose(avg[k].numpy(), ref[k], rtol=1e-6, atol=1e-7)
+    # the mean is not any one of the inputs
+    k = next(k for k in ref if not np.array_equal(weights(dirs[0])[k], weights(dirs[-1])[k]))
+    assert not np.array_equal(avg[k].numpy(), weights(dirs[-1])[k])
+    with pytest.raises(ValueError):
+        average_checkpoints([])
+
+
+def test_average_cli_and_export(saved_run, tmp_path):
+    from aiayn import Translator
+    from aiayn.cli import main
+
+    dirs = list_states(saved_run)
+    ref = _numpy_mean(dirs[-2:])
+    out32 = tmp_path / "avg32"
+    assert main(["average", str(saved_run), str(out32), "--last", "2", "--dtype", "float32"]) == 0
+    got = weights(out32)
+    for k in ref:
+        assert got[k].dtype == np.float32
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-7)
+    meta = json.loads((out32 / "config.json").read_text())["meta"]
+    assert meta["averaged_states"] == ["step_00000006", "step_00000007"]
+    assert meta["direction"] == "en-de" and meta["step"] == 7
+    assert (out32 / "spm.model").read_bytes() == (saved_run / "spm.model").read_bytes()
+    assert (out32 / "metrics.jsonl").is_file()
+    # default dtype float16 (the shipped format): the mean rounded to half precision
+    out16 = tmp_path / "avg16"
+    assert main(["average", str(saved_run), str(out16), "--last", "3"]) == 0
+    ref3 = _numpy_mean(dirs)
+    got16 = weights(out16)
+    for k in ref3:
+        assert got16[k].dtype == np.float16
+        np.testing.assert_allclose(got16[k].astype(np.float64), ref3[k], rtol=1e-3, atol=1e-6)
+    tr = Translator.load(out16, device="cpu")
+    assert tr.meta["direction"] == "en-de" and tr.translate("Good morning.", beam_size=2).tgt_tokens
+
+
+def test_average_cli_missing_run_exit_2(tmp_path, capsys):
+    from aiayn.cli import main
+
+    assert main(["average", str(tmp_path / "nothing"), str(tmp_path / "out")]) == 2
+    assert "no saved training state" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exact resume
+# ---------------------------------------------------------------------------------------------------------
+def test_resume_continues_exactly(tiny_data, tmp_path):
+    """Run A: 12 steps straight. Run B: stopped after 5, resumed to 12. Dropout 0.1, so the restored RNG
+    matters; with max_tokens 1024 and accumulation 2 an epoch has about 8 steps, so both runs cross an
+    epoch boundary after the interruption (new data order)."""
+    kw = dict(max_tokens=1024, accumulation=2, valid_every=10)  # a metrics record every step, validation at 10
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    train(tiny_tc(tiny_data, run_a, max_steps=12, **kw), log=QUIET)
+    train(tiny_tc(tiny_data, run_b, max_steps=5, **kw), log=QUIET)
+    st_b5 = json.loads((list_states(run_b)[-1] / "trainer_state.json").read_text())
+    assert st_b5["step"] == 5
+    messages = []
+    train(tiny_tc(tiny_data, run_b, max_steps=12, **kw), resume=True, log=messages.append)
+    assert any("resumed" in m and "step 5" in m for m in messages)
+    a, b = list_states(run_a)[-1], list_states(run_b)[-1]
+    assert a.name == b.name == "step_00000012"
+    sa, sb = (json.loads((p / "trainer_state.json").read_text()) for p in (a, b))
+    assert sa["epoch"] >= 1, "the run should cross an epoch boundary"
+    for key in ("step", "epoch", "batch_in_epoch", "tokens"):
+        assert sa[key] == sb[key], key
+    wa, wb = weights(a), weights(b)
+    for k in wa:
+        np.testing.assert_allclose(wb[k], wa[k], rtol=0, atol=1e-6, err_msg=k)
+    oa, ob = np_load_file(str(a / "optimizer.safetensors")), np_load_file(str(b / "optimizer.safetensors"))
+    for k in oa:
+        if k.startswith("exp_avg"):
+            np.testing.assert_allclose(ob[k], oa[k], rtol=1e-6, atol=1e-9, err_msg=k)
+    # the training losses logged after the interruption are those of the straight run
+    la = {r["step"]: r["train_loss"] for r in read_metrics(run_a)}
+    lb = {r["step"]: r["train_loss"] for r in read_metrics(run_b)}
+    for s in range(6, 13):
+        assert lb[s] == pytest.approx(la[s], rel=1e-5, abs=1e-6), s
+
+
+def test_resume_without_state_starts_fresh_and_dropout_matters(tiny_data, tmp_path):
+    """Control for the resume test: a different seed (other dropout masks and data order) gives other
+    weights, so equality above is not trivially true."""
+    run_a, run_c = tmp_path / "a", tmp_path / "c"
+    train(tiny_tc(tiny_data, run_a, max_steps=3), resume=True, log=QUIET)  # nothing to resume: fresh start
+    assert [p.name for p in list_states(run_a)] == ["step_00000003"]
+    tc_c = tiny_tc(tiny_data, run_c, max_steps=3)
+    tc_c.seed = 8
+    train(tc_c, log=QUIET)
+    wa, wc = weights(run_a / "step_00000003"), weights(run_c / "step_00000003")
+    assert any(not np.allclose(wa[k], wc[k], atol=1e-6) for k in wa)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Atomic run states
+# ---------------------------------------------------------------------------------------------------------
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("exc", [OSError("No space left on device"), KeyboardInterrupt()])
+def test_failed_save_leaves_no_partial_state(tiny_data, tmp_path, monkeypatch, exc):
+    import aiayn.train as train_mod
+    from aiayn import Transformer, TransformerConfig
+
+    run = tmp_path / "run"
+    train(tiny_tc(tiny_data, run, max_steps=2, save_every=1), log=QUIET)
+    before = _snapshot(run)
+    assert [p.name for p in list_states(run)] == ["step_00000001", "step_00000002"]
+
+    model = Transformer(TransformerConfig.preset("tiny", vocab_size=320, max_len=256))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]])).sum().backward()
+    opt.step()
+
+    def broken_save_file(*a, **k):  # fails after model.safetensors went into the temp dir
+        raise exc
+
+    monkeypatch.setattr(train_mod, "save_file", broken_save_file)
+    for step in (3, 2):  # a new state, and overwriting an existing one
+        with pytest.raises(type(exc)):
+            save_state(run, model, opt, {"step": step, "epoch": 0, "batch_in_epoch": step, "wall_time": 0.0, "tokens": 0}, keep=5)
+        assert _snapshot(run) == before
+        assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["step_00000001", "step_00000002"]
+    monkeypatch.undo()
+    # the earlier states still resume
+    msgs = []
+    train(tiny_tc(tiny_data, run, max_steps=3, save_every=1), resume=True, log=msgs.append)
+    assert any("step 2" in m for m in msgs)
+    assert [p.name for p in list_states(run)] == ["step_00000001", "step_00000002", "step_00000003"]
+
+
+def test_half_written_state_dir_is_not_listed(tmp_path):
+    run = tmp_path / "run"
+    (run / "step_00000009").mkdir(parents=True)  # e.g. a crash of some older writer: no trainer_state.json
+    (run / ".step_00000010.abc").mkdir()
+    assert list_states(run) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DDP (2 processes, gloo, CPU) = 1 process accumulating the same micro-batches
+# ---------------------------------------------------------------------------------------------------------
+def test_step_batches_partition_global_batch(tiny_data, monkeypatch):
+    """Rank r of W with accumulation a gets the r-th, (r+W)-th ... micro-batch of each group of a*W; the
+    ranks' shares together are exactly one process's step with accumulation a*W."""
+    import aiayn.train as train_mod
+    from aiayn.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tiny_data / "spm.model")
+    src, tgt = train_mod.load_split(tiny_data, "train", "en-de")
+    s_ids, t_ids = train_mod.encode_pairs(tok, src, tgt, 128, tok.eos_id)
+    tc = tiny_tc(tiny_data, tiny_data / "unused", max_tokens=256, accumulation=4)
+    single = step_batches(tc, s_ids, t_ids, epoch=3)
+    shares = []
+    for rank in range(2):
+        monkeypatch.setattr(train_mod, "_world", lambda: 2)
+        monkeypatch.setattr(train_mod, "_rank", lambda r=rank: r)
+        shares.append(step_batches(replace(tc, accumulation=2), s_ids, t_ids, epoch=3))
+    monkeypatch.undo()
+    assert len(single) == len(shares[0]) == len(shares[1]) > 3
+    for k, micro in enumerate(single):
+        assert len(micro) == 4 and len(shares[0][k]) == len(shares[1][k]) == 2
+        assert sorted(map(tuple, shares[0][k] + shares[1][k])) == sorted(map(tuple, micro))
+        assert not set(i for b in shares[0][k] for i in b) & set(i for b in shares[1][k] for i in b)
+    # every example appears at most once per epoch
+    flat = [i for m in single for b in m for i in b]
+    assert len(flat) == len(set(flat))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
+    steps = 4
+    single = tmp_path / "single"
+    ddp = tmp_path / "ddp"
+    common = dict(max_tokens=256, warmup_steps=4, max_steps=steps, model_overrides={"dropout": 0.0}, save_every=steps,
+                  valid_every=10)
+    train(tiny_tc(tiny_data, single, accumulation=2, **common), log=QUIET)
+
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "-m", "aiayn", "train", "--data", str(tiny_data), "--run-dir", str(ddp), "--direction", "en-de",
+           "--preset", "tiny", "--set", "dropout=0.0", "--max-tokens", "256", "--accumulation", "1",
+           "--warmup-steps", "4", "--max-steps", str(steps), "--valid-every", "10", "--valid-bleu-sentences", "0",
+           "--save-every", str(steps), "--keep", "5", "--threads", "1", "--seed", "7"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "world 2" in proc.stdout + proc.stderr
+    a, b = list_states(single)[-1], list_states(ddp)[-1]
+    assert a.name == b.name == f"step_{steps:08d}"
+    sa, sb = (json.loads((p / "trainer_state.json").read_text()) for p in (a, b))
+    assert sa["tokens"] == sb["tokens"]  # the same global batches
+    wa, wb = weights(a), weights(b)
+    for k in wa:
+        np.testing.assert_allclose(wb[k], wa[k], rtol=0, atol=2e-5, err_msg=k)
+    # control: the weights moved far more than the tolerance
+    from aiayn import Transformer, TransformerConfig
+
+    torch.manual_seed(7)
+    init = Transformer(TransformerConfig.preset("tiny", vocab_size=320, max_len=256, dropout=0.0)).state_dict()
+    w0 = {k: v.numpy() for k, v in init.items()}
+    assert max(float(np.abs(wa[k] - w0[k]).max()) for k in wa) > 1e-2
+    # the logged loss is that of the global batch in both (DDP all-reduces it)
+    la = [r["train_loss"] for r in read_metrics(single)]
+    lb = [r["train_loss"] for r in read_metrics(ddp)]
+    assert len(la) == len(lb) == steps
+    np.testing.assert_allclose(lb, la, rtol=1e-5)
