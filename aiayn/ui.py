@@ -292,7 +292,7 @@ def setup_page(title: str, icon: str = "🤖", *, intro: str | None = None) -> P
         st.caption("Attention Is All You Need, instrumented")
         for path, label, page_icon in PAGES:
             if path == "app.py" or _page_exists(path):
-                st.page_link(path, label=label, icon=page_icon, query_params=carry or None)
+                page_link(path, label=label, icon=page_icon, query_params=carry or None)
 
     theme = _theme_type()
     ctx = PageContext(
@@ -317,6 +317,17 @@ def _page_exists(path: str) -> bool:
     """Whether a page script exists (relative to the working directory or the repository root)."""
     root = Path(__file__).resolve().parent.parent
     return Path(path).is_file() or (root / path).is_file()
+
+
+def page_link(path: str, **kwargs: Any) -> None:
+    """``st.page_link`` that shows nothing (instead of raising) when the page is unknown to this run
+    (e.g. a page script run on its own as the entry point)."""
+    from streamlit.errors import StreamlitAPIException
+
+    try:
+        st.page_link(path, **kwargs)
+    except StreamlitAPIException:
+        pass
 
 
 def nav_query_params(*, direction: str | None = None, presenter: bool | None = None, export: str | None = None, **extra: Any) -> dict[str, str]:
@@ -393,3 +404,27 @@ def download_buttons(df, payload_json, stem: str, *, key: str | None = None) -> 
     with c2:
         st.download_button("⬇ JSON", json_data, file_name=f"{safe}.json", mime="application/json",
                            key=f"{key}-json", on_click="ignore", help="Nested arrays with token labels.")
+
+
+# -- per-sentence results, computed once ----------------------------------------------------------------------
+@st.cache_data(max_entries=128, show_spinner="Running the model…")
+def _bundle(direction: str, ckpt: str, stamp: str, text: str, reference: str | None, beam_size: int,  # noqa: ARG001
+            length_penalty: float, max_len: int | None, n_best: int) -> dict[str, Any]:
+    from .analysis import sentence_bundle
+
+    tr = load_translator(direction)
+    return sentence_bundle(tr, text, reference=reference, beam_size=beam_size, length_penalty=length_penalty,
+                           max_len=max_len, n_best=n_best)
+
+
+def sentence_bundle(direction: str, text: str, *, reference: str | None = None, beam_size: int = 4,
+                    length_penalty: float = 0.6, max_len: int | None = None, n_best: int = 4) -> dict[str, Any]:
+    """:func:`aiayn.analysis.sentence_bundle` for ``direction``, cached per (checkpoint, sentence, options).
+
+    Raises:
+        ModelUnavailable: the checkpoint cannot be loaded.
+        ValueError: empty text or reference, bad decoding options.
+    """
+    path = checkpoint_path(direction)
+    return _bundle(direction, str(path), _stamp(path), text, reference, int(beam_size), float(length_penalty),
+                   None if max_len is None else int(max_len), int(n_best))

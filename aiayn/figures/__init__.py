@@ -1,0 +1,7 @@
+"""Plotly figures for the app, as pure functions (arrays in, ``plotly.graph_objects.Figure`` out).
+
+* :mod:`aiayn.figures.attention`: attention heatmaps, the all-heads model view, top-k bars, head statistics.
+* :mod:`aiayn.figures.labs`: the teaching labs (positional encoding, masking, Eq. 1, training).
+
+Import the submodules directly (``from aiayn.figures.attention import attention_heatmap``).
+"""

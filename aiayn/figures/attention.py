@@ -1,0 +1,172 @@
+"""Plotly figures of attention maps (pure functions: arrays and labels in, ``go.Figure`` out).
+
+Rows are queries (top to bottom), columns are keys (left to right), as in the paper's Figures 3-5. Axis
+categories are unique labels ``"i:piece"`` because pieces repeat. Weights are post-softmax (Eq. 1).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis import unique_labels
+
+#: axis titles per kind: (query axis, key axis)
+AXIS_TITLES = {
+    "encoder": ("query: source piece", "key: source piece"),
+    "decoder": ("query: piece fed → piece predicted", "key: piece fed (BOS-shifted)"),
+    "cross": ("query: piece fed → piece predicted", "key: source piece"),
+}
+
+
+def query_labels(fed: Sequence[str], predicted: Sequence[str] | None = None) -> list[str]:
+    """Decoder query labels ``"i:fed→predicted"`` (or ``"i:fed"`` when predictions are unknown)."""
+    if predicted is None:
+        return unique_labels(fed)
+    return [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(fed, predicted))]
+
+
+def attention_heatmap(
+    weights: np.ndarray,
+    q_labels: Sequence[str],
+    k_labels: Sequence[str],
+    *,
+    title: str = "",
+    colorscale: str = "Viridis",
+    x_title: str = "key",
+    y_title: str = "query",
+    zmax: float | None = None,
+    show_values: bool = False,
+    template: str | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """One attention map as a heatmap with hover values.
+
+    Args:
+        weights: ``(Q, K)`` weights in [0, 1].
+        q_labels, k_labels: ``Q`` / ``K`` labels; made unique (``"i:label"``) unless already unique.
+        zmax: top of the colour scale (default: 1 when ``show_values``, else the map's maximum).
+        show_values: write each weight in its cell (readable up to ~30 x 30).
+
+    Raises:
+        ValueError: labels do not match the map's shape.
+    """
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 2 or w.shape != (len(q_labels), len(k_labels)):
+        raise ValueError(f"map of shape {w.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
+    y = list(q_labels) if len(set(q_labels)) == len(q_labels) else unique_labels(q_labels)
+    x = list(k_labels) if len(set(k_labels)) == len(k_labels) else unique_labels(k_labels)
+    vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
+    trace = go.Heatmap(
+        z=w, x=x, y=y, zmin=0.0, zmax=vmax, colorscale=colorscale,
+        colorbar=dict(title=dict(text="weight"), thickness=14),
+        hovertemplate=f"{y_title}: %{{y}}<br>{x_title}: %{{x}}<br>weight: %{{z:.3f}}<extra></extra>",
+        xgap=1 if max(w.shape, default=0) <= 40 else 0, ygap=1 if max(w.shape, default=0) <= 40 else 0,
+    )
+    if show_values:
+        trace.update(text=np.round(w, 2), texttemplate="%{z:.2f}", textfont=dict(size=10))
+    fig = go.Figure(trace)
+    cell = 28 if max(w.shape, default=0) <= 25 else 18
+    fig.update_layout(
+        title=dict(text=title) if title else None,
+        xaxis=dict(title=x_title, type="category", tickangle=-60, side="bottom"),
+        yaxis=dict(title=y_title, type="category", autorange="reversed"),
+        height=height or int(min(1100, max(380, 160 + cell * w.shape[0]))),
+        margin=dict(l=10, r=10, t=60 if title else 20, b=10),
+    )
+    if template:
+        fig.update_layout(template=template)
+    return fig
+
+
+def model_view(
+    weights: np.ndarray,
+    *,
+    title: str = "",
+    colorscale: str = "Viridis",
+    q_labels: Sequence[str] | None = None,
+    k_labels: Sequence[str] | None = None,
+    zmax: float | None = None,
+    template: str | None = None,
+) -> go.Figure:
+    """All ``L x H`` heads of one kind at once: a grid of small heatmaps (rows = layers, cols = heads).
+
+    One shared ``coloraxis`` (so colours compare across heads), no per-cell text (fast); hover shows layer,
+    head, query, key and weight. Layers and heads are labelled from 1.
+
+    Args:
+        weights: ``(L, H, Q, K)``.
+        q_labels, k_labels: optional labels for the hover text.
+        zmax: top of the shared colour scale (default: the largest weight shown).
+    """
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 4:
+        raise ValueError(f"expected (L, H, Q, K) weights, got shape {w.shape}")
+    L, H, Q, K = w.shape
+    y = unique_labels(q_labels) if q_labels is not None else list(range(Q))
+    x = unique_labels(k_labels) if k_labels is not None else list(range(K))
+    fig = make_subplots(
+        rows=L, cols=H, horizontal_spacing=0.012, vertical_spacing=0.03 if L > 1 else 0.0,
+        column_titles=[f"head {h + 1}" for h in range(H)], row_titles=[f"layer {l + 1}" for l in range(L)],
+    )
+    for layer in range(L):
+        for head in range(H):
+            fig.add_trace(
+                go.Heatmap(
+                    z=w[layer, head], x=x, y=y, coloraxis="coloraxis",
+                    hovertemplate=f"layer {layer + 1}, head {head + 1}<br>query %{{y}}<br>key %{{x}}<br>weight %{{z:.3f}}<extra></extra>",
+                ),
+                row=layer + 1, col=head + 1,
+            )
+    vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
+    fig.update_xaxes(showticklabels=False, type="category")
+    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed")
+    fig.update_layout(
+        coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=vmax, colorbar=dict(title=dict(text="weight"), thickness=14)),
+        title=dict(text=title) if title else None,
+        height=int(min(1400, max(300, 40 + L * max(110, 900 / max(H, 1) * Q / max(K, 1))))),
+        margin=dict(l=10, r=40, t=70 if title else 40, b=10),
+    )
+    if template:
+        fig.update_layout(template=template)
+    return fig
+
+
+def topk_bar(pieces: Sequence[str], probs: Sequence[float], *, chosen: str | None = None, title: str = "",
+             colorscale_color: str = "#2a788e", highlight: str = "#fde725", template: str | None = None) -> go.Figure:
+    """Horizontal bars of the top-k next-piece probabilities, best at the top; ``chosen`` highlighted."""
+    p = [float(v) for v in probs]
+    labels = unique_labels(pieces)
+    colors = [highlight if chosen is not None and pc == chosen else colorscale_color for pc in pieces]
+    fig = go.Figure(go.Bar(
+        x=p, y=labels, orientation="h", marker_color=colors, text=[f"{v:.1%}" for v in p], textposition="auto",
+        hovertemplate="%{y}<br>p = %{x:.4f}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=dict(text=title) if title else None,
+        xaxis=dict(title="probability", range=[0, max(1e-9, max(p, default=1.0)) * 1.05]),
+        yaxis=dict(type="category", autorange="reversed"),
+        height=max(260, 60 + 26 * len(p)), margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+    )
+    if template:
+        fig.update_layout(template=template)
+    return fig
+
+
+def head_stats_figure(stats, metric: str, *, colorscale: str = "Viridis", template: str | None = None) -> go.Figure:
+    """An ``L x H`` grid of one per-head statistic (a column of :func:`aiayn.analysis.head_stats`)."""
+    L, H = int(stats["layer"].max()), int(stats["head"].max())
+    z = np.full((L, H), np.nan)
+    for _, r in stats.iterrows():
+        z[int(r["layer"]) - 1, int(r["head"]) - 1] = r[metric]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"head {h + 1}" for h in range(H)], y=[f"layer {l + 1}" for l in range(L)], colorscale=colorscale,
+        texttemplate="%{z:.2f}", colorbar=dict(title=dict(text=metric), thickness=14),
+        hovertemplate="%{y}, %{x}<br>" + metric + " = %{z:.3f}<extra></extra>",
+    ))
+    fig.update_layout(yaxis=dict(autorange="reversed"), height=120 + 50 * L, margin=dict(l=10, r=10, t=20, b=10))
+    if template:
+        fig.update_layout(template=template)
+    return fig

@@ -1,0 +1,142 @@
+"""Translate page (AppTest against tiny random checkpoints): form, options, alignment heatmap, URL state."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+PAGE = "pages/1_Translate.py"
+
+
+@pytest.fixture()
+def checkpoints(tiny_checkpoints, monkeypatch):
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield tiny_checkpoints
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def spec(at, i=0):
+    return json.loads(at.get("plotly_chart")[i].proto.spec)
+
+
+def arr(value):
+    """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}`` (plotly >= 6)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(value, dict) and "bdata" in value:
+        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            a = a.reshape([int(x) for x in str(shape).split(",")])
+        return a.astype(float)
+    return np.array(value, dtype=float)
+
+
+def run(query=None):
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.switch_page(PAGE)
+    return at.run()
+
+
+def test_default_sentence_translates_with_alignment(checkpoints, tiny_translator):
+    at = run()
+    assert not at.exception, at.exception
+    assert not at.error
+    t = tiny_translator.translate("I have no time.", beam_size=4, length_penalty=0.6, n_best=4)
+    assert at.subheader[0].value == (t.text or "∅ (empty output)")
+    fig = spec(at)
+    heat = fig["data"][0]
+    # rows: decoder positions labelled fed→predicted; columns: source pieces, unique "i:piece" labels
+    assert heat["x"] == [f"{i}:{p}" for i, p in enumerate(t.src_tokens)]
+    assert heat["y"] == [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
+    # default view: last layer, mean over heads of the cross-attention
+    import numpy as np
+
+    want = t.attention.cross[-1, 0].float().mean(0).numpy()
+    assert np.allclose(arr(heat["z"]), want, atol=1e-5)
+    assert "mean over heads" in fig["layout"]["title"]["text"]
+
+
+def test_head_and_layer_change_the_heatmap(checkpoints, tiny_translator):
+    import numpy as np
+
+    at = run()
+    at.segmented_control(key="head").set_value("2").run()
+    assert not at.exception
+    t = tiny_translator.translate("I have no time.", beam_size=4, length_penalty=0.6)
+    z = arr(spec(at)["data"][0]["z"])
+    assert np.allclose(z, t.attention.cross[-1, 0, 1].float().numpy(), atol=1e-5)
+    at.selectbox(key="layer").set_value("1").run()
+    z = arr(spec(at)["data"][0]["z"])
+    assert np.allclose(z, t.attention.cross[0, 0, 1].float().numpy(), atol=1e-5)
+    # the view travels with the explorer link (AppTest does not mirror bound widgets into at.query_params)
+    link = [pl for pl in at.get("page_link") if pl.proto.label.startswith("Open this sentence")][0]
+    q = parse_qs(link.proto.query_string)
+    assert q["layer"] == ["1"] and q["head"] == ["2"]
+
+
+def test_form_submission_and_beam_options(checkpoints, tiny_translator):
+    at = run()
+    at.text_input(key="tr_text").set_value("The house is big.")
+    at.number_input(key="tr_beam").set_value(2)
+    at.button[0].click().run()  # the form's submit button
+    assert not at.exception
+    t = tiny_translator.translate("The house is big.", beam_size=2, length_penalty=0.6, n_best=2)
+    assert at.subheader[0].value == (t.text or "∅ (empty output)")
+    table = at.dataframe[0].value
+    assert len(table) == 2 and list(table["translation"]) == [x for x, _ in t.nbest]
+    qp = at.query_params
+    assert qp["text"] in ("The house is big.", ["The house is big."]) and qp["beam"] in ("2", ["2"])
+
+
+def test_url_restores_the_view(checkpoints, tiny_translator):
+    at = run({"text": "Good morning", "beam": "1", "layer": "1", "head": "3", "alpha": "0"})
+    assert not at.exception
+    assert at.text_input(key="tr_text").value == "Good morning"
+    assert at.number_input(key="tr_beam").value == 1
+    t = tiny_translator.translate("Good morning", beam_size=1, length_penalty=0.0)
+    assert at.subheader[0].value == (t.text or "∅ (empty output)")
+    assert "layer 1, head 3" in spec(at)["layout"]["title"]["text"]
+    # the explorer link carries the sentence and the view
+    link = [pl for pl in at.get("page_link") if "explorer" in pl.proto.label.lower() and "Open" in pl.proto.label][0]
+    q = parse_qs(link.proto.query_string)
+    assert q["text"] == ["Good morning"] and q["kind"] == ["cross"] and q["layer"] == ["1"] and q["head"] == ["3"]
+
+
+@pytest.mark.parametrize("query, needle", [
+    ({"layer": "99"}, "layer=99"),
+    ({"head": "abc"}, "head=abc"),
+    ({"beam": "zero"}, "beam=zero"),
+    ({"alpha": "nan"}, "alpha=nan"),
+    ({"direction": "xx"}, "direction=xx"),
+])
+def test_malformed_url_parameters_warn_and_fall_back(checkpoints, query, needle):
+    at = run(query)
+    assert not at.exception
+    assert any(needle in w.value for w in at.warning), [w.value for w in at.warning]
+    assert at.get("plotly_chart"), "falls back to a valid view"
+
+
+def test_empty_and_odd_input(checkpoints):
+    at = run({"text": "   "})
+    assert not at.exception
+    assert any("empty" in m.value for m in at.info)
+    assert not at.get("plotly_chart")
+    at = run({"text": "Hallo\u200b Welt\x07 " + "x" * 1200})
+    assert not at.exception
+    texts = " ".join(w.value for w in at.warning)
+    assert "only the first 1,000" in texts and "Control or invisible" in texts
+    assert at.get("plotly_chart")
