@@ -150,6 +150,7 @@ def read_metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_short_run_lowers_loss_on_real_pairs(tiny_data, tmp_path):
     run = tmp_path / "run"
     tc = tiny_tc(tiny_data, run, max_steps=40, valid_every=20, valid_bleu_sentences=2, save_every=20)
@@ -256,6 +257,7 @@ def test_average_cli_missing_run_exit_2(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------------
 # Exact resume
 # ---------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_resume_continues_exactly(tiny_data, tmp_path):
     """Run A: 12 steps straight. Run B: stopped after 5, resumed to 12. Dropout 0.1, so the restored RNG
     matters; with max_tokens 1024 and accumulation 2 an epoch has about 8 steps, so both runs cross an
@@ -384,6 +386,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
     steps = 4
     single = tmp_path / "single"
