@@ -282,8 +282,11 @@ def _setup_distributed() -> torch.device:
 
 def step_batches(tc: TrainConfig, src_ids, tgt_ids, epoch: int) -> list[list[list[int]]]:
     """The batches of one epoch grouped into optimizer steps, for this rank: ``steps[k]`` is the list of
-    micro-batches (lists of example indices) rank r accumulates in step k. Every rank's share is disjoint
-    and the same global batch is seen whatever the number of ranks (Section 5.1)."""
+    micro-batches (lists of example indices) rank r accumulates in step k. Every rank's share is disjoint.
+    With ``accumulation`` = a set, a step is ``a * world`` consecutive micro-batches, so W ranks with
+    accumulation a see exactly the steps of one process with accumulation ``a * W`` (Section 5.1); with
+    ``accumulation=0`` the micro-batches per step are derived from ``tokens_per_step`` and rounded to a
+    multiple of the world size, so the global batch is only approximately independent of the world size."""
     from .data import token_batches
 
     batches = token_batches(src_ids, tgt_ids, tc.max_tokens, seed=tc.seed, epoch=epoch)
