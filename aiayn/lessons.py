@@ -431,7 +431,8 @@ def greedy_with_self_mask(model: Transformer, src_ids: Sequence[int], *, causal:
     """Greedy decoding that recomputes the whole prefix each step with :func:`decode_with_self_mask`.
 
     With ``causal=True`` it equals :func:`aiayn.decoding.greedy_decode`; with ``causal=False`` earlier
-    positions are recomputed while seeing later ones, so the translation changes. Returns the output ids
+    positions are recomputed while seeing later ones, so the translation changes. Like the library's decoder it
+    never predicts pad or BOS. Returns the output ids
     (ending with EOS when finished). ``max_len`` defaults to source length + 50, capped by the model.
     """
     cfg = model.cfg
@@ -443,7 +444,8 @@ def greedy_with_self_mask(model: Transformer, src_ids: Sequence[int], *, causal:
         tokens = [cfg.bos_id]
         for _ in range(limit):
             tgt = torch.tensor([tokens], dtype=torch.long, device=model.device)
-            logits = decode_with_self_mask(model, tgt, enc, causal=causal).logits[0, -1]
+            logits = decode_with_self_mask(model, tgt, enc, causal=causal).logits[0, -1].float().clone()
+            logits[[cfg.pad_id, cfg.bos_id]] = float("-inf")  # as aiayn.decoding: never predict pad or BOS
             nxt = int(logits.argmax())
             out.append(nxt)
             if nxt == cfg.eos_id:

@@ -1,0 +1,119 @@
+"""aiayn.figures.labs: the figures carry the numbers of aiayn.lessons (and nothing else)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from aiayn import TransformerConfig, lessons
+from aiayn.figures import labs
+
+
+def test_pe_heatmap_holds_the_table_and_strides_big_ones():
+    pe = lessons.pe_matrix(50, 16)
+    fig = labs.pe_heatmap(pe, colorscale="Cividis")
+    z = np.asarray(fig.data[0].z)
+    assert np.array_equal(z, pe) and fig.data[0].zmin == -1 and fig.data[0].zmax == 1
+    big = lessons.pe_matrix(2048, 512)
+    fig = labs.pe_heatmap(big)
+    z = np.asarray(fig.data[0].z)
+    assert z.size <= labs.MAX_CELLS
+    s = int(fig.data[0].y[1] - fig.data[0].y[0])
+    assert np.array_equal(z, big[::s]) and f"every {s}th position" in fig.layout.title.text
+
+
+def test_pe_curves_and_wavelength_figures():
+    df = lessons.pe_curves(30, 16, [0, 5])
+    fig = labs.pe_curves_figure(df)
+    assert len(fig.data) == 2
+    assert np.allclose(fig.data[1].y, lessons.pe_matrix(30, 16)[:, 5]) and "cos" in fig.data[1].name
+    wl = lessons.wavelengths(16)
+    fig = labs.wavelength_figure(wl)
+    assert np.allclose(fig.data[0].y, wl) and fig.layout.yaxis.type == "log"
+    lines = sorted(s.y0 for s in fig.layout.shapes)
+    assert lines == pytest.approx([2 * math.pi, 10000 * 2 * math.pi])
+
+
+def test_similarity_and_offset_figures():
+    sim = lessons.pe_similarity(40, 16)
+    fig = labs.similarity_figure(sim)
+    assert np.allclose(np.asarray(fig.data[0].z), sim.matrix)
+    assert np.allclose(fig.data[1].y, sim.profile) and list(fig.data[1].x) == list(range(-39, 40))
+    off = lessons.pe_offset_map(3, 40, 64)
+    fig = labs.offset_map_figure(off, max_dims=32)
+    assert np.allclose(np.asarray(fig.data[0].z), off.matrix[:32, :32])
+    assert np.allclose(fig.data[1].y, np.abs(off.predicted - off.actual).max(1))
+    assert f"{off.max_error:.2e}" in fig.layout.title.text
+
+
+def test_stage_heatmap_marks_minus_infinity():
+    mask = lessons.causal_mask_np(4)
+    z = np.where(mask, np.arange(16.0).reshape(4, 4), -np.inf)
+    labels = labs.token_labels(["<s>", "a", "a", "b"])
+    assert labels == ["0:<s>", "1:a", "2:a", "3:b"]  # unique although pieces repeat
+    fig = labs.stage_heatmap(z, labels, title="masked")
+    hz = np.asarray(fig.data[0].z, dtype=float)
+    assert np.all(np.isnan(hz[~mask])) and np.array_equal(hz[mask], z[mask])
+    marks = fig.data[1]
+    assert marks.name == labs.MASKED_LABEL and marks.showlegend
+    assert sorted(zip(marks.y, marks.x)) == sorted((labels[i], labels[j]) for i, j in zip(*np.nonzero(~mask)))
+    # without -inf there is no legend entry
+    assert len(labs.stage_heatmap(np.ones((2, 2)), ["a", "b"], title="x").data) == 1
+
+
+def test_mask_and_padding_figures():
+    mask = lessons.causal_mask_np(3)
+    fig = labs.mask_figure(mask, x_labels=["a", "b", "c"], y_labels=["a", "b", "c"])
+    assert np.array_equal(np.asarray(fig.data[0].z), mask.astype(float))
+    km = np.array([[True, True, False], [True, True, True]])
+    fig = labs.padding_figure([["x", "y", "<pad>"], ["x", "y", "z"]], km)
+    assert np.array_equal(np.asarray(fig.data[0].z), km.astype(float))
+    assert list(fig.data[0].text[0]) == ["x", "y", "<pad>"]
+
+
+def test_dot_histogram_overlays_the_theoretical_normal():
+    d_k = 64
+    x = lessons.random_dot_products(d_k, 5000, seed=1)
+    fig = labs.dot_histogram(x, d_k)
+    assert np.array_equal(fig.data[0].x, x) and fig.data[0].histnorm == "probability density"
+    grid, pdf = np.asarray(fig.data[1].x), np.asarray(fig.data[1].y)
+    assert pdf.max() == pytest.approx(1 / math.sqrt(2 * math.pi * d_k), rel=1e-3)
+    assert np.trapezoid(pdf, grid) == pytest.approx(1.0, abs=1e-3)
+    fig = labs.dot_histogram(x, d_k, scaled=True)
+    assert np.allclose(fig.data[0].x, x / 8) and np.asarray(fig.data[1].y).max() == pytest.approx(1 / math.sqrt(2 * math.pi), rel=1e-3)
+
+
+def test_matrix_figure_writes_numbers_and_minus_infinity():
+    fig = labs.matrix_figure(np.array([[1.5, -np.inf], [0.25, 2.0]]), title="m")
+    text = np.asarray(fig.data[0].text)
+    assert text[0, 1] == "−∞" and text[0, 0] == "1.5" and text[1, 0] == "0.25"
+    assert fig.data[1].name == labs.MASKED_LABEL
+
+
+def test_model_and_training_figures():
+    cfg = TransformerConfig.preset("tiny", vocab_size=50)
+    summ = lessons.parameter_summary(cfg)
+    fig = labs.parameters_figure({"tiny": summ}, log=True)
+    assert list(fig.data[0].y) == summ["parameters"].tolist() and fig.layout.yaxis.type == "log"
+    assert f"{int(summ['parameters'].sum()):,}" in fig.data[0].name
+    df = pd.DataFrame({"step": [1, 2, 3], "train_loss": [3.0, 2.0, 1.0], "valid_loss": [np.nan, 2.5, np.nan],
+                       "valid_bleu": [np.nan, 4.0, np.nan], "lr": [1e-4, 2e-4, 3e-4]})
+    fig = labs.training_curves_figure(df)
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["valid BLEU"].x) == [2] and list(by_name["valid BLEU"].y) == [4.0]
+    assert list(by_name["train loss (label-smoothed)"].y) == [3.0, 2.0, 1.0]
+    sched = lessons.lr_schedule(512, 4000, 10000)
+    fig = labs.lr_figure({"x": sched}, peaks={"x": (4000, 512**-0.5 * 4000**-0.5)})
+    assert np.allclose(fig.data[0].y, sched["lr"]) and fig.data[1].x[0] == 4000
+    q = lessons.smoothed_target(10, 3, 0.1)
+    fig = labs.smoothing_target_figure(q, 3)
+    assert fig.data[0].y[3] == 1.0 and np.allclose(fig.data[1].y, q)
+
+
+def test_presenter_mode_enlarges_type():
+    df = lessons.pe_curves(10, 8, [0])
+    small = labs.pe_curves_figure(df, presenter=False).layout.font.size
+    big = labs.pe_curves_figure(df, presenter=True).layout.font.size
+    assert big > small
