@@ -3,13 +3,15 @@
 * **first page**: seconds from starting ``python -m streamlit run app.py`` to the first page rendered in
   the browser (``[data-testid=stApp][data-test-script-state=notRunning]``, then two animation frames so
   that the page is painted). Chromium is started before the clock starts.
-* **head switch**: on ``pages/2_Attention_Explorer.py``, milliseconds from changing the widget labelled
-  "Head" (slider, number input, select box, radio or segmented control) to the end of the rerun it
+* **head switch**: on ``pages/2_Attention_Explorer.py`` with its "All heads" tab (the model-view grid)
+  open, milliseconds from changing the widget labelled "Head" (segmented control, slider, number input,
+  select box or radio) to the end of the rerun it
   triggers (script state ``running`` then ``notRunning``, then two animation frames); median of several
   switches, alternating between two heads.
 
-Anything missing (``app.py``, the page, Chromium, Playwright, a widget labelled "Head") gives ``n/a`` with
-the reason, never an error.
+Anything missing (``app.py``, the page, Chromium, Playwright, a widget labelled "Head", the checkpoint the
+app loads) gives ``n/a`` with the reason, never an error. The app reads its checkpoints from
+``checkpoints/`` or ``$AIAYN_CHECKPOINTS`` (inherited by the server process); the row says which.
 """
 from __future__ import annotations
 
@@ -114,7 +116,7 @@ def measure_app(*, chromium: str, switches: int = 5, timeout: float = 120.0) -> 
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true", f"--server.port={port}",
            "--server.address=127.0.0.1", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
-    out: dict = {"command": " ".join(cmd[1:])}
+    out: dict = {"command": " ".join(cmd[1:]), "checkpoints": os.environ.get("AIAYN_CHECKPOINTS", str(REPO / "checkpoints"))}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, headless=True,
                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"])
@@ -141,8 +143,15 @@ def measure_app(*, chromium: str, switches: int = 5, timeout: float = 120.0) -> 
                 return out
             found = _head_widget(page)
             if found is None:
-                out["head_switch_na"] = "no widget labelled 'Head' on the explorer page"
+                alerts = page.locator("[data-testid=stAlert]")
+                why = f" (the page says: {alerts.first.inner_text().strip()[:160]!r})" if alerts.count() else ""
+                out["head_switch_na"] = "no widget labelled 'Head' on the explorer page" + why
                 return out
+            tab = page.get_by_role("tab", name=re.compile("all heads", re.I))
+            if tab.count():  # the model-view grid of every layer x head
+                tab.first.click()
+                page.evaluate(_PAINTED)
+                out["tab"] = "All heads"
             kind, box = found
             out["head_widget"] = kind
             times = []
@@ -187,10 +196,13 @@ def run(ctx) -> list:
     except Exception as exc:  # a broken app must not lose the other groups
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         return [na(*first, why), na(*switch, why)]
-    rows = [Row(*first, res["first_page_s"], f"server healthy after {res['server_ready_s']:.1f} s" + (f"; {res['first_page_warning']}" if "first_page_warning" in res else ""), res)]
+    rows = [Row(*first[:4], res["first_page_s"], first[4], f"server healthy after {res['server_ready_s']:.1f} s" + (f"; {res['first_page_warning']}" if "first_page_warning" in res else ""), res)]
     if "head_switch_ms" in res:
         st = Stats.of(res["head_switch_ms"])
-        rows.append(Row(*switch, st.median, f"p95 {st.p95:.0f} ms, {st.n} switches via {res['head_widget']}", {"samples_ms": res["head_switch_ms"]}))
+        ck = res["checkpoints"]
+        ck_note = "" if ck == str(REPO / "checkpoints") else f"; checkpoints from {ck}"
+        rows.append(Row(*switch[:4], st.median, switch[4], f"p95 {st.p95:.0f} ms, {st.n} switches via {res['head_widget']}{ck_note}",
+                        {"samples_ms": res["head_switch_ms"], "checkpoints": ck, "tab": res.get("tab")}))
     else:
         rows.append(na(*switch, res["head_switch_na"]))
     return rows

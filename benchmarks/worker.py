@@ -14,9 +14,30 @@ import time
 
 
 def max_rss_bytes() -> int:
-    """Peak resident set size of this process, bytes (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    """Peak resident set size of this process, bytes: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (KiB on
+    Linux, bytes on macOS). Caveat: Linux carries a parent's peak over ``fork`` + ``exec``, so a worker
+    started by a big process reports at least its parent's peak; see :func:`peak_rss_bytes`."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def hwm_bytes() -> int | None:
+    """``VmHWM`` of ``/proc/self/status`` (Linux): the peak RSS of this process image since ``exec``, not
+    inherited from the parent; None where there is no ``/proc``."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_bytes() -> tuple[int, str]:
+    """``(bytes, source)``: ``VmHWM`` where available (Linux), else ``ru_maxrss``."""
+    hwm = hwm_bytes()
+    return (hwm, "VmHWM") if hwm is not None else (max_rss_bytes(), "ru_maxrss")
 
 
 def rss(spec: dict) -> dict:
@@ -32,7 +53,8 @@ def rss(spec: dict) -> dict:
         out["load_s"] = time.perf_counter() - t0
         out["output_pieces"] = subject.run([spec["text"]], beam_size=4, use_cache=True, return_attention=True)[0]
         out["subject"] = subject.describe()
-    out["max_rss_bytes"] = max_rss_bytes()
+    out["peak_rss_bytes"], out["peak_rss_source"] = peak_rss_bytes()
+    out["ru_maxrss_bytes"] = max_rss_bytes()
     return out
 
 
