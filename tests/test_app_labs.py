@@ -1,0 +1,248 @@
+"""AppTest of the lab pages (3-6): they render on the tiny checkpoints, every main control changes what the
+charts hold (read from the plotly spec), bad input gives a message, URL parameters restore a view.
+
+Pages are reached from the entry script with ``switch_page`` (the sidebar's ``st.page_link`` needs app.py
+as the entry point, as in the real server)."""
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from aiayn import Translator, lessons
+
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+PE, MASK, SDP, MODEL = ("pages/3_Positional_Encoding.py", "pages/4_Masking.py", "pages/5_Scaled_Dot_Product.py",
+                        "pages/6_Model_and_Training.py")
+
+
+@pytest.fixture()
+def checkpoints(tiny_checkpoints, monkeypatch):
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield tiny_checkpoints
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def open_page(page: str, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _decode(v):
+    if isinstance(v, dict) and "bdata" in v:
+        arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        if "shape" in v:
+            arr = arr.reshape([int(s) for s in str(v["shape"]).split(",")])
+        return arr
+    if isinstance(v, list):
+        try:
+            return np.asarray(v, dtype=float)
+        except (TypeError, ValueError):
+            return v
+    return v
+
+
+def chart(at: AppTest, key: str) -> dict:
+    """The plotly spec of the chart with element key ``key`` (arrays decoded)."""
+    for c in at.get("plotly_chart"):
+        if c.proto.id.endswith(f"-{key}"):
+            spec = json.loads(c.proto.spec)
+            for trace in spec["data"]:
+                for f in ("x", "y", "z"):
+                    if f in trace:
+                        trace[f] = _decode(trace[f])
+            return spec
+    raise AssertionError(f"no chart with key {key!r}; have {[c.proto.id for c in at.get('plotly_chart')]}")
+
+
+def keys(at: AppTest) -> set[str]:
+    return {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
+
+
+def messages(at: AppTest) -> str:
+    return " ".join(str(e.value) for e in list(at.error) + list(at.warning) + list(at.info))
+
+
+# ----------------------------------------------------------------------------------------------- positional
+def test_pe_page_defaults_follow_the_model_and_controls_change_the_table(checkpoints):
+    at = open_page(PE)
+    assert {"pe_heatmap", "pe_curves", "wavelengths", "similarity", "offset_map", "norms", "layouts"} <= keys(at)
+    z = chart(at, "pe_heatmap")["data"][0]["z"]
+    assert np.allclose(z, lessons.pe_matrix(64, 64))  # tiny model: d_model 64, max_len 64
+    assert "sinusoids" in messages(at) and "learned" in messages(at)  # no learned table shipped
+    at.number_input(key="d_model").set_value(32).run()
+    at.selectbox(key="layout").set_value("concatenated").run()
+    assert not at.exception
+    assert np.allclose(chart(at, "pe_heatmap")["data"][0]["z"], lessons.pe_matrix(64, 32, "concatenated"))
+    at.text_input(key="dims").set_value("3, 30").run()
+    names = [t["name"] for t in chart(at, "pe_curves")["data"]]
+    assert len(names) == 2 and names[0].startswith("dim 3 (cos") and names[1].startswith("dim 30 (sin")
+    at.number_input(key="k").set_value(9).run()
+    off = chart(at, "offset_map")
+    assert "k = 9" in json.dumps(off["layout"]["annotations"]) and len(off["data"][1]["x"]) == 64 - 9
+
+
+def test_pe_page_url_restores_view(checkpoints):
+    at = open_page(PE, d_model="16", length="20", layout="concatenated", k="4", dims="1,2")
+    assert np.allclose(chart(at, "pe_heatmap")["data"][0]["z"], lessons.pe_matrix(20, 16, "concatenated"))
+    assert np.allclose(chart(at, "offset_map")["data"][0]["z"], lessons.pe_offset_map(4, 20, 16).matrix)
+    assert len(chart(at, "pe_curves")["data"]) == 2
+
+
+@pytest.mark.parametrize("params,expect", [
+    ({"d_model": "7"}, "d_model must be even"),
+    ({"d_model": "100000"}, "d_model must be between"),
+    ({"length": "0"}, "length must be between 1 and 2048"),
+    ({"length": "5000"}, "length must be between 1 and 2048"),
+    ({"k": "500"}, "|k| < length"),
+    ({"dims": "1, x"}, "not a whole number"),
+    ({"d_model": "abc"}, "Ignored the URL parameter `d_model=abc`"),
+])
+def test_pe_page_bad_input_gives_a_message(checkpoints, params, expect):
+    at = open_page(PE, **params)
+    assert expect in messages(at)
+
+
+# ----------------------------------------------------------------------------------------------- masking
+def test_masking_page_stages_follow_layer_and_head(checkpoints):
+    at = open_page(MASK)
+    assert {"padding", "causal", "pad_row", "combined", "raw", "scaled", "masked", "weights"} <= keys(at)
+    assert "future_mass" not in keys(at)
+    masked = chart(at, "masked")
+    assert any(t.get("name") == "−∞ (masked)" for t in masked["data"])
+    tr = Translator.load(checkpoints / "en-de", device="cpu")
+    text = at.text_input(key="text").value
+    hyp = tr.translate(text, beam_size=4, return_attention=False)
+    src, _, _ = tr.encode_source(text)
+    dec_in = [tr.cfg.bos_id] + hyp.tgt_ids[:-1]
+    w00 = chart(at, "weights")["data"][0]["z"]
+    assert np.allclose(w00, lessons.decoder_mask_steps(tr.model, src, dec_in, 0, 0).weights, atol=1e-6)
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(3).run()
+    w13 = chart(at, "weights")["data"][0]["z"]
+    assert np.allclose(w13, lessons.decoder_mask_steps(tr.model, src, dec_in, 1, 3).weights, atol=1e-6)
+    assert not np.allclose(w00, w13)
+
+
+def test_masking_page_remove_mask_shows_leak(checkpoints):
+    at = open_page(MASK, layer="1", head="2", nomask="true", text="good morning", ref="guten Morgen")
+    assert at.selectbox(key="layer").value == 1 and at.selectbox(key="head").value == 2
+    assert {"future_mass", "unmasked_weights", "p_next"} <= keys(at)
+    tr = Translator.load(checkpoints / "en-de", device="cpu")
+    src, _, _ = tr.encode_source("good morning")
+    target = tr.tokenizer.encode("guten Morgen") + [tr.cfg.eos_id]
+    dec_in = [tr.cfg.bos_id] + target[:-1]
+    leak = lessons.causal_leak(tr.model, src, dec_in, target)
+    assert np.allclose(chart(at, "future_mass")["data"][0]["z"], leak.future_mass.reshape(-1, len(dec_in)), atol=1e-6)
+    assert np.allclose(chart(at, "unmasked_weights")["data"][0]["z"], leak.weights_unmasked[1, 2], atol=1e-6)
+    at.toggle(key="nomask").set_value(False).run()
+    assert "future_mass" not in keys(at)
+
+
+def test_masking_page_bad_input(checkpoints):
+    at = open_page(MASK, head="9")
+    assert "Ignored the URL parameter `head=9`" in messages(at)
+    at.text_input(key="text").set_value("   ").run()
+    assert not at.exception and "Type a source sentence" in messages(at)
+    at = open_page(MASK)
+    at.text_area(key="batch").set_value("\n \n").run()
+    assert "at least one non-empty sentence" in messages(at)
+
+
+# ----------------------------------------------------------------------------------------------- scaled dot-product
+def test_scaled_page_controls_and_url(checkpoints):
+    at = open_page(SDP)
+    h = chart(at, "hist")
+    assert "d_k = 16" in h["layout"]["title"]["text"]  # the tiny model's d_model / h
+    assert np.allclose(h["data"][0]["x"], lessons.random_dot_products(16, 20000, 0))
+    at.number_input(key="d_k").set_value(256).run()
+    assert np.allclose(chart(at, "hist")["data"][0]["x"], lessons.random_dot_products(256, 20000, 0))
+    at = open_page(SDP, d_k="8", scaled="true", n_keys="32", mask="causal")
+    h = chart(at, "hist")
+    assert np.allclose(h["data"][0]["x"], lessons.random_dot_products(8, 20000, 0) / np.sqrt(8))
+    assert "N(0, 1)" == h["data"][1]["name"]
+    assert any(t.get("name") == "−∞ (masked)" for t in chart(at, "m_masked")["data"])
+    sharp = chart(at, "sharpness")
+    assert sharp["data"][0]["x"].tolist() == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    assert [s["y0"] for s in sharp["layout"]["shapes"]] == pytest.approx([np.log(32)])  # n_keys from the URL
+    assert "Equal to `aiayn.attention.scaled_dot_product_attention`" in " ".join(s.value for s in at.success)
+
+
+def test_scaled_page_steps_match_the_library(checkpoints):
+    at = open_page(SDP)
+    q = np.array([[1.0, 0.0, 1.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0]])
+    k = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
+    v = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, -1.0]])
+    ref = lessons.attention_steps(q, k, v)
+    assert np.allclose(chart(at, "m_weights")["data"][0]["z"], ref.weights)
+    assert np.allclose(chart(at, "m_output")["data"][0]["z"], ref.output)
+    at.radio(key="mask").set_value("hide last key").run()
+    w = chart(at, "m_weights")["data"][0]["z"]
+    assert np.allclose(w[:, -1], 0) and np.allclose(w.sum(1), 1)
+
+
+@pytest.mark.parametrize("params,expect", [({"d_k": "0"}, "d_k must be between"), ({"d_k": "x"}, "`d_k=x`"),
+                                           ({"mask": "sideways"}, "`mask=sideways`")])
+def test_scaled_page_bad_input(checkpoints, params, expect):
+    assert expect in messages(open_page(SDP, **params))
+
+
+# ----------------------------------------------------------------------------------------------- model and training
+def test_model_page_parameters_and_missing_log(checkpoints):
+    at = open_page(MODEL)
+    spec = chart(at, "params")
+    tr = Translator.load(checkpoints / "en-de", device="cpu")
+    loaded = spec["data"][0]
+    assert int(np.sum(loaded["y"])) == tr.model.num_parameters()
+    assert f"{tr.model.num_parameters():,}" in loaded["name"]
+    assert [t["name"].split(" (")[0] for t in spec["data"]][1:] == ["paper base", "paper big"]
+    assert "no training log" in messages(at)
+    at.toggle(key="logp").set_value(False).run()
+    assert chart(at, "params")["layout"]["yaxis"]["type"] == "linear"
+
+
+def test_model_page_training_curves_and_corrupt_lines(checkpoints, tmp_path, monkeypatch):
+    root = tmp_path / "ck"
+    shutil.copytree(checkpoints, root)
+    lines = [json.dumps({"step": s, "epoch": 0, "train_loss": 10.0 / s, "lr": 1e-4 * s, "tokens_per_s": 1.0,
+                         "wall_time": float(s), **({"valid_loss": 3.0, "valid_bleu": 2.5} if s == 20 else {})})
+             for s in (10, 20, 30)]
+    (root / "en-de" / "metrics.jsonl").write_text("\n".join(lines) + "\n{broken\n")
+    (root / "de-en" / "metrics.jsonl").write_text("")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    at = open_page(MODEL)
+    curves = {t["name"]: t for t in chart(at, "curves")["data"]}
+    assert curves["train loss (label-smoothed)"]["y"].tolist() == [1.0, 0.5, 10.0 / 30]
+    assert curves["valid BLEU"]["x"].tolist() == [20]
+    assert "skipped 1 unreadable line" in messages(at)
+    at = open_page(MODEL, direction="de-en")
+    assert "empty" in messages(at) and "curves" not in keys(at)
+
+
+def test_model_page_lr_and_label_smoothing_controls(checkpoints):
+    at = open_page(MODEL, warmup="1000", lr_d_model="256", steps="5000", eps="0.2", V="5")
+    lr = chart(at, "lr")
+    peak = [t for t in lr["data"] if str(t.get("name", "")).startswith("peak")][0]
+    assert peak["x"][0] == 1000 and peak["y"][0] == pytest.approx(256**-0.5 * 1000**-0.5)
+    assert np.allclose(lr["data"][0]["y"], lessons.lr_schedule(256, 1000, 5000)["lr"])
+    target = chart(at, "ls_target")["data"][1]["y"]
+    assert np.allclose(target, lessons.smoothed_target(5, 0, 0.2))
+    at.number_input(key="eps").set_value(0.0).run()
+    assert np.allclose(chart(at, "ls_target")["data"][1]["y"], [1, 0, 0, 0, 0])
+    assert "epsilon_ls must be in [0, 1)" in messages(open_page(MODEL, eps="1.5"))
+    assert "warmup_steps must be between" in messages(open_page(MODEL, warmup="0"))
