@@ -1,0 +1,134 @@
+"""Write ``MODEL_CARD.md`` for a checkpoint directory from what is measured, never typed by hand:
+the checkpoint's own ``config.json`` (config, training summary), the data's ``datasheet.json``, the test-set
+scores written by ``aiayn evaluate --out`` and live sample translations.
+
+``aiayn card CHECKPOINT --eval EVAL.json --data DATA_DIR [--hardware TEXT] [--notes TEXT]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EVERYDAY = {
+    "en": ["I have no time.", "The cat sat on the mat.", "Where is the train station?", "We will meet tomorrow morning.",
+           "This book is very interesting.", "Can you help me, please?", "He won't be attending the conference."],
+    "de": ["Ich habe keine Zeit.", "Die Katze saß auf der Matte.", "Wo ist der Bahnhof?", "Wir treffen uns morgen früh.",
+           "Dieses Buch ist sehr interessant.", "Kannst du mir bitte helfen?", "Er wird an der Konferenz nicht teilnehmen."],
+}
+
+
+def _fmt_minutes(seconds: float | None) -> str:
+    if not seconds:
+        return "unknown"
+    return f"{seconds / 60:.0f} min ({seconds / 3600:.2f} h)"
+
+
+def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],
+                hardware: str, notes: str = "") -> str:
+    """The Markdown text of the model card (pure: no I/O besides what is passed in)."""
+    config = json.loads((ckpt / "config.json").read_text())
+    meta, model = config.get("meta", {}), config["model"]
+    tc = meta.get("train_config", {})
+    direction = meta.get("direction", ckpt.name)
+    src, tgt = direction.split("-") if "-" in direction else ("?", "?")
+    names = {"en": "English", "de": "German"}
+    lines = [f"# Model card: aiayn {direction} ({names.get(src, src)} -> {names.get(tgt, tgt)})", ""]
+    lines += [f"A Transformer (Vaswani et al. 2017) trained from scratch with `aiayn` on the Ding German-English dictionary "
+              f"corpus. {config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
+              "(`model.safetensors`), joint SentencePiece BPE vocabulary (`spm.model`).", ""]
+    if notes:
+        lines += [notes.strip(), ""]
+    lines += ["## Data and license", ""]
+    src_info = (datasheet or {}).get("source", {})
+    lines += [f"- Corpus: {src_info.get('name', 'Ding German-English dictionary (trans-de-en)')}, version {src_info.get('version', '1.9-6')}, "
+              f"sha256 `{src_info.get('sha256', 'n/a')}`.",
+              f"- License: **{src_info.get('license', 'GPL-2.0-or-later')}**. {src_info.get('attribution', 'Ding, Copyright (c) Frank Richter, TU Chemnitz.')} "
+              "This model is derived from that data and is distributed under the same license (GPL-2.0-or-later).",
+              "- Prepared with `aiayn data ding` (parse, clean annotations, first synonym, deduplicate, leak-free splits)."]
+    counts = (datasheet or {}).get("counts", {})
+    if counts:
+        lines += ["", "| split | pairs | full sentences | phrases |", "|---|---:|---:|---:|"]
+        for name in ("train", "valid", "test"):
+            c = counts.get(name)
+            if c:
+                lines.append(f"| {name} | {c.get('pairs', 0):,} | {c.get('sentences', 0):,} | {c.get('phrases', 0):,} |")
+    lines += ["", "Valid and test hold full sentences only; no held-out sentence appears in training, not even inside a longer entry.", ""]
+    lines += ["## Model", "", "| field | value |", "|---|---|"]
+    for key in ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "attention_dropout", "vocab_size", "norm_first", "positional",
+                "share_embeddings", "layer_norm_eps", "max_len"):
+        lines.append(f"| {key} | {model.get(key)} |")
+    lines += ["", "Post-LN as in the paper (`norm_first=False`), sinusoidal positions (Section 3.5), three-way tied embeddings (Section 3.4).", ""]
+    lines += ["## Training", ""]
+    lines += [f"- Recipe (Section 5): Adam (beta1 0.9, beta2 0.98, eps 1e-9), learning rate of Equation 3 with warmup_steps = "
+              f"{tc.get('warmup_steps')} and lr_scale = {tc.get('lr_scale')}, label smoothing epsilon_ls = {tc.get('epsilon_ls')}, "
+              f"P_drop = {model.get('dropout')}, token-count batches of {tc.get('max_tokens')} padded tokens with length bucketing, "
+              f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step.",
+              f"- Steps: {meta.get('step')} (epoch {meta.get('epoch')}), {meta.get('train_tokens', 0):,} target tokens seen, "
+              f"wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
+              f"- Hardware: {hardware}.",
+              f"- Weights: average of the last {len(meta.get('averaged_states', []))} saved states ({', '.join(meta.get('averaged_states', []))}), "
+              "as in Section 6.1 (the paper averages the last 5 checkpoints).",
+              "- The training curves are in `metrics.jsonl` (step, epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time).", ""]
+    lines += ["## Test-set scores", ""]
+    if evaluation:
+        sc = evaluation.get("scores", {})
+        dec = evaluation.get("decoding", {})
+        lines += [f"{evaluation.get('n_sentences')} held-out test sentences, beam {dec.get('beam_size')}, length penalty alpha "
+                  f"{dec.get('alpha')}, max length {dec.get('max_len')}; detokenised sacreBLEU and chrF.", "",
+                  "| system | BLEU | chrF |", "|---|---:|---:|"]
+        m, b = sc.get("model", {}), sc.get("dictionary_baseline") or {}
+        lines.append(f"| this model | {m.get('bleu', float('nan')):.2f} | {m.get('chrf', float('nan')):.2f} |")
+        if b:
+            lines.append(f"| Ding word-by-word dictionary baseline | {b.get('bleu', float('nan')):.2f} | {b.get('chrf', float('nan')):.2f} |")
+        sig = evaluation.get("signatures", {})
+        lines += ["", f"- BLEU signature: `{sig.get('bleu')}`", f"- chrF signature: `{sig.get('chrf')}`", ""]
+    else:
+        lines += ["Not evaluated yet.", ""]
+    if samples:
+        lines += ["## Sample translations (beam 4, alpha 0.6)", "", "| input | output |", "|---|---|"]
+        lines += [f"| {a} | {b} |" for a, b in samples]
+        lines.append("")
+    lines += ["## Limitations", "",
+              "- Small model and short training: the corpus is a dictionary (mostly 1-3 word phrases plus ~17k example "
+              "sentences), so the model knows many words but little long-range syntax; longer or unusual sentences "
+              "come out wrong, repeated or truncated. Treat translations as a teaching artefact, not a translation service.",
+              "- Domain: dictionary entries and example sentences; no news, web or dialogue text.",
+              "- Attention maps show what this model attends to; attention is not an explanation of its output.", ""]
+    return "\n".join(lines)
+
+
+def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str | Path | None, hardware: str, notes: str = "") -> Path:
+    """Render and write ``MODEL_CARD.md`` into ``ckpt`` (translating the everyday sample sentences live)."""
+    from .translator import Translator
+
+    ckpt = Path(ckpt)
+    evaluation = json.loads(Path(eval_path).read_text()) if eval_path else None
+    sheet_path = Path(data_dir).expanduser() / "datasheet.json" if data_dir else None
+    datasheet = json.loads(sheet_path.read_text()) if sheet_path and sheet_path.is_file() else None
+    tr = Translator.load(ckpt, device="cpu")
+    src = tr.meta.get("src_lang", "en")
+    samples = [(s, tr.translate(s, return_attention=False).text) for s in EVERYDAY.get(src, EVERYDAY["en"])]
+    text = render_card(ckpt, evaluation, datasheet, samples, hardware, notes)
+    out = ckpt / "MODEL_CARD.md"
+    out.write_text(text)
+    return out
+
+
+def cli_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="aiayn card", description="Write MODEL_CARD.md for a checkpoint from measured results.")
+    ap.add_argument("checkpoint")
+    ap.add_argument("--eval", default=None, help="JSON written by `aiayn evaluate --out`")
+    ap.add_argument("--data", default=None, help="prepared data directory (for datasheet.json)")
+    ap.add_argument("--hardware", default="unknown")
+    ap.add_argument("--notes", default="")
+    args = ap.parse_args(argv)
+    try:
+        out = write_card(args.checkpoint, eval_path=args.eval, data_dir=args.data, hardware=args.hardware, notes=args.notes)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"aiayn card: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
