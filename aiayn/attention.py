@@ -73,9 +73,9 @@ def scaled_dot_product_attention(
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         if mask is not None:
             # SDPA gives NaN for a row whose keys are all masked: make it 0, as the capture path does.
-            row_ok = mask.any(dim=-1, keepdim=True)
-            if not bool(row_ok.all()):
-                out = out.masked_fill(~row_ok, 0.0)
+            # Always applied (a no-op when every row has a key): testing first (`if not rows.all()`) would
+            # be a host-device sync on GPU and a graph break under torch.compile.
+            out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         return AttentionOutput(out)
 
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
