@@ -598,6 +598,11 @@ def _component(name: str) -> tuple[str, str, int | None, str]:
     return "embeddings", "token embeddings", None, parts[0]
 
 
+#: display order of stacks and components (Figure 1, bottom to top).
+COMPONENT_ORDER = ("embeddings", "encoder", "decoder", "token embeddings", "learned positions", "output projection",
+                   "self-attention", "cross-attention", "feed-forward", "layer norm", "final layer norm")
+
+
 def parameter_breakdown(cfg: TransformerConfig) -> pd.DataFrame:
     """Parameters per component, from the model's own ``named_parameters`` (built on the ``meta`` device,
     so even the big preset costs no memory). Tied matrices are counted once (Section 3.4).
@@ -619,6 +624,8 @@ def parameter_breakdown(cfg: TransformerConfig) -> pd.DataFrame:
 def parameter_summary(cfg: TransformerConfig) -> pd.DataFrame:
     """:func:`parameter_breakdown` summed per (stack, component), with the share of the total (%)."""
     df = parameter_breakdown(cfg).groupby(["stack", "component"], sort=False, as_index=False)["parameters"].sum()
+    rank = {c: i for i, c in enumerate(COMPONENT_ORDER)}
+    df = df.sort_values(["stack", "component"], key=lambda col: col.map(rank), kind="stable").reset_index(drop=True)
     df["share_%"] = 100.0 * df["parameters"] / df["parameters"].sum()
     return df
 

@@ -56,11 +56,25 @@ def test_stage_heatmap_marks_minus_infinity():
     fig = labs.stage_heatmap(z, labels, title="masked")
     hz = np.asarray(fig.data[0].z, dtype=float)
     assert np.all(np.isnan(hz[~mask])) and np.array_equal(hz[mask], z[mask])
-    marks = fig.data[1]
+    grey = np.asarray(fig.data[1].z, dtype=float)  # masked cells drawn grey, the rest transparent
+    assert np.array_equal(~np.isnan(grey), ~mask)
+    marks = fig.data[2]
     assert marks.name == labs.MASKED_LABEL and marks.showlegend
     assert sorted(zip(marks.y, marks.x)) == sorted((labels[i], labels[j]) for i, j in zip(*np.nonzero(~mask)))
     # without -inf there is no legend entry
     assert len(labs.stage_heatmap(np.ones((2, 2)), ["a", "b"], title="x").data) == 1
+    # many masked cells: grey cells and one legend entry, not thousands of markers
+    big = lessons.causal_mask_np(60)
+    fig = labs.stage_heatmap(np.where(big, 0.0, -np.inf), [str(i) for i in range(60)], title="big")
+    assert len(fig.data[2].x) == 1 and fig.data[2].name.startswith(labs.MASKED_LABEL)
+    assert np.array_equal(~np.isnan(np.asarray(fig.data[1].z, dtype=float)), ~big)
+
+
+def test_norms_figure_draws_constant_norms_as_a_line():
+    df = pd.DataFrame({"what": ["emb"] * 3 + ["pe"] * 4, "index": [0, 1, 2, 0, 1, 2, 3], "norm": [1.0, 2.0, 3.0] + [5.66] * 4})
+    fig = labs.norms_figure(df)
+    assert fig.data[0].type == "histogram" and list(fig.data[0].x) == [1.0, 2.0, 3.0]
+    assert fig.data[1].type == "scatter" and list(fig.data[1].x) == [5.66, 5.66]
 
 
 def test_mask_and_padding_figures():

@@ -90,9 +90,10 @@ def similarity_figure(lesson, *, colorscale: str = "Viridis", presenter: bool = 
     sim, n = lesson.matrix, lesson.matrix.shape[0]
     s = _stride(n, n)
     idx = np.arange(0, n, s)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5],
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.2,
                         subplot_titles=("PE(p)·PE(q)", "as a function of the offset k = q − p"))
-    fig.add_trace(go.Heatmap(z=sim[np.ix_(idx, idx)], x=idx, y=idx, colorscale=colorscale, colorbar=dict(title="dot", x=0.45),
+    fig.add_trace(go.Heatmap(z=sim[np.ix_(idx, idx)], x=idx, y=idx, colorscale=colorscale,
+                             colorbar=dict(title="dot", x=0.42, xanchor="left", thickness=14),
                              hovertemplate="p %{y}<br>q %{x}<br>%{z:.3f}<extra></extra>"), 1, 1)
     fig.add_trace(go.Scatter(x=lesson.offsets, y=lesson.profile, mode="lines", name="Σ_i cos(ω_i k)"), 1, 2)
     fig.update_yaxes(autorange="reversed", title="position p", row=1, col=1)
@@ -107,9 +108,11 @@ def offset_map_figure(lesson, *, colorscale: str = "RdBu", presenter: bool = Fal
     m = lesson.matrix
     d = min(max_dims, m.shape[0])
     err = np.abs(lesson.predicted - lesson.actual).max(axis=1)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"M_k, k = {lesson.k} (first {d} of {m.shape[0]} dims)",
-                                                        "max |M_k·PE(pos) − PE(pos+k)| per pos"))
-    fig.add_trace(go.Heatmap(z=m[:d, :d], zmin=-1, zmax=1, colorscale=colorscale, colorbar=dict(title="M_k", x=0.45),
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.2,
+                        subplot_titles=(f"M_k, k = {lesson.k} (first {d} of {m.shape[0]} dims)",
+                                        "max |M_k·PE(pos) − PE(pos+k)| per pos"))
+    fig.add_trace(go.Heatmap(z=m[:d, :d], zmin=-1, zmax=1, colorscale=colorscale,
+                             colorbar=dict(title="M_k", x=0.42, xanchor="left", thickness=14),
                              hovertemplate="row %{y}<br>col %{x}<br>%{z:.4f}<extra></extra>"), 1, 1)
     fig.add_trace(go.Scatter(x=lesson.positions, y=err, mode="lines", name="error"), 1, 2)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
@@ -121,9 +124,16 @@ def offset_map_figure(lesson, *, colorscale: str = "RdBu", presenter: bool = Fal
 def norms_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
     """Histogram of ``||√d_model · E[token]||`` over the vocabulary and ``||PE(pos)||`` over positions."""
     fig = go.Figure()
-    for what, g in df.groupby("what", sort=False):
-        fig.add_trace(go.Histogram(x=g["norm"], name=f"{what} (n={len(g)}, median {g['norm'].median():.2f})",
-                                   opacity=0.7, nbinsx=60))
+    for i, (what, g) in enumerate(df.groupby("what", sort=False)):
+        name = f"{what} (n={len(g)}, median {g['norm'].median():.2f})"
+        if float(g["norm"].std(ddof=0)) < 1e-9 * max(1.0, float(g["norm"].abs().max())):
+            # one value for every row (the sinusoids: sqrt(d_model / 2)): a line, not a one-bin histogram
+            v = float(g["norm"].iloc[0])
+            fig.add_trace(go.Scatter(x=[v, v], y=[0, 1], yaxis="y2", mode="lines", name=name,
+                                     line=dict(color=SAFE_COLORS[i], width=4, dash="dash")))
+        else:
+            fig.add_trace(go.Histogram(x=g["norm"], name=name, opacity=0.7, nbinsx=60, marker_color=SAFE_COLORS[i]))
+    fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False))
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(title="L2 norm")
     fig.update_yaxes(title="count")
@@ -150,8 +160,9 @@ def layouts_figure(interleaved: np.ndarray, concatenated: np.ndarray, *, colorsc
 def learned_vs_sinusoid_figure(learned: np.ndarray, sinusoid: np.ndarray, *, colorscale: str = "RdBu", presenter: bool = False) -> go.Figure:
     """A learned position table (Table 3 row (E)) beside the sinusoids of the same size."""
     lim = float(np.abs(learned).max()) or 1.0
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("learned positions", "sinusoidal (Section 3.5)"))
-    fig.add_trace(go.Heatmap(z=learned, zmin=-lim, zmax=lim, colorscale=colorscale, colorbar=dict(x=0.45)), 1, 1)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16, subplot_titles=("learned positions", "sinusoidal (Section 3.5)"))
+    fig.add_trace(go.Heatmap(z=learned, zmin=-lim, zmax=lim, colorscale=colorscale,
+                             colorbar=dict(x=0.44, xanchor="left", thickness=14)), 1, 1)
     fig.add_trace(go.Heatmap(z=sinusoid, zmin=-1, zmax=1, colorscale=colorscale), 1, 2)
     fig.update_yaxes(autorange="reversed", title="position")
     fig.update_xaxes(title="dimension")
@@ -203,9 +214,15 @@ def stage_heatmap(z: np.ndarray, labels: Sequence[str], *, title: str, colorscal
     fig = go.Figure(hm)
     if neg.any():
         qi, ki = np.nonzero(neg)
-        fig.add_trace(go.Scatter(x=[labels[j] for j in ki], y=[labels[i] for i in qi], mode="markers",
+        # light grey cells; crossed as well while they are few enough to be drawn one by one
+        fig.add_trace(go.Heatmap(z=np.where(neg, 1.0, np.nan), x=labels, y=labels, colorscale=[[0, "#e4e4e4"], [1, "#e4e4e4"]],
+                                 showscale=False, hovertemplate="query %{y}<br>key %{x}<br>−∞ (masked)<extra></extra>",
+                                 xgap=1, ygap=1))
+        many = len(qi) > 400
+        fig.add_trace(go.Scatter(x=[labels[ki[0]]] if many else [labels[j] for j in ki],
+                                 y=[labels[qi[0]]] if many else [labels[i] for i in qi], mode="markers",
                                  marker=dict(symbol="x-thin", size=9, line=dict(width=1.5, color="#888")),
-                                 name=MASKED_LABEL, hoverinfo="skip", showlegend=True))
+                                 name=MASKED_LABEL + (" (grey cells)" if many else ""), hoverinfo="skip", showlegend=True))
         fig.update_layout(legend=dict(orientation="h", y=-0.25))
     fig.update_yaxes(autorange="reversed", type="category", title="query")
     fig.update_xaxes(type="category", title="key", categoryorder="array", categoryarray=labels)
