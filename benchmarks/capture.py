@@ -42,7 +42,7 @@ def run(ctx) -> list:
     for device in ctx.devices:
         subject = load_subject(ctx.checkpoint, device)
         model = subject.model.eval()
-        which = "shipped checkpoint" if subject.translator is not None else "random model of the shipped shape"
+        which = "checkpoint" if subject.translator is not None else "random model of the shipped shape"
         cases = {"single": (1, 24, 24), "batch": (32, 32, 32) if device == "cpu" else (64, 64, 64)}
         if ctx.quick:
             cases = {"single": (1, 8, 8), "batch": (4, 8, 8)}
