@@ -139,7 +139,7 @@ with s3:
 with s4:
     ui.show_figure(labs.stage_heatmap(steps.weights, lab, title="④ softmax: attention weights", colorscale=ctx.colorscale,
                                       presenter=ctx.presenter, zmin=0, zmax=1), key="weights", filename=f"dec_L{layer}H{head}_weights")
-st.caption(f"Blank cells marked ✕ are −∞. The weights computed here from the model's scores match the weights the "
+st.caption(f"Grey cells (marked ✕ in small maps) are −∞: no colour, since −∞ is not a number on the scale. The weights computed here from the model's scores match the weights the "
            f"model returned to {steps.max_weight_error:.1e}.")
 ui.download_buttons(
     lambda: pd.DataFrame([{"query": lab[i], "key": lab[j], "raw": steps.raw[i, j], "scaled": steps.scaled[i, j],

@@ -223,7 +223,7 @@ def stage_heatmap(z: np.ndarray, labels: Sequence[str], *, title: str, colorscal
                                  y=[labels[qi[0]]] if many else [labels[i] for i in qi], mode="markers",
                                  marker=dict(symbol="x-thin", size=9, line=dict(width=1.5, color="#888")),
                                  name=MASKED_LABEL + (" (grey cells)" if many else ""), hoverinfo="skip", showlegend=True))
-        fig.update_layout(legend=dict(orientation="h", y=-0.25))
+        fig.update_layout(legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"))
     fig.update_yaxes(autorange="reversed", type="category", title="query")
     fig.update_xaxes(type="category", title="key", categoryorder="array", categoryarray=labels)
     return _style(fig, presenter, title, 460)
