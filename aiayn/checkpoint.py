@@ -32,6 +32,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; checkpoints are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -67,6 +68,7 @@ def save_checkpoint(
     os.close(fd)
     try:
         save_file(state, tmp, metadata={"format": FORMAT, "dtype": dtype})
+        os.chmod(tmp, 0o644)
         os.replace(tmp, d / WEIGHTS_FILE)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
