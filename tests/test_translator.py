@@ -29,7 +29,7 @@ UNICODE = {
     "zwj": "a\u200db\u200cc\u200bd\ufeffe",
     "combining": "Cafe\u0301 Zoe\u0308 n\u0303 a\u030a\u0327",
     "rtl-marks": "\u202eevil\u202c \u200fright\u200e",
-    "lone-surrogate-free-exotic": "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ℌ𝔢𝔩𝔩𝔬 ⅫⅣ ①②",
+    "math-letters": "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ℌ𝔢𝔩𝔩𝔬 ⅫⅣ ①②",
 }
 
 
@@ -107,8 +107,8 @@ def test_unicode_inputs_translate(tr, name):
     assert isinstance(t.text, str)
     # control/format characters were cleaned away before tokenisation; letters and marks were kept
     assert not any(unicodedata.category(c) in ("Cc", "Cf") for c in t.source)
-    kept = [c for c in text if unicodedata.category(c)[0] in "LMN"]
-    assert [c for c in t.source if unicodedata.category(c)[0] in "LMN"] == kept
+    letters = lambda x: [c for c in unicodedata.normalize("NFKC", x) if unicodedata.category(c)[0] in "LMN"]  # noqa: E731
+    assert letters(t.source) == letters(text)
     assert t.src_ids[:-1] == tr.tokenizer.encode(t.source)
     _check_consistent(tr, t)
 
