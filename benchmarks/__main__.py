@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=_positive_int, default=None, help="timed calls per throughput measurement (default 10, quick 3)")
     ap.add_argument("--latency-repeats", type=_positive_int, default=None, help="timed calls per latency (default 20, quick 3)")
     ap.add_argument("--compile-timeout", type=_positive_float, default=None, help="seconds allowed to each torch.compile race (default 600, quick 180)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile races (reported n/a)")
     ap.add_argument("--peak-tflops", type=_positive_float, default=None, help="GPU bf16 peak for MFU when the card is not in the table")
     ap.add_argument("--chromium", default=None, help="Chromium executable for the app group (default /usr/bin/chromium)")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         peak_tflops=args.peak_tflops,
     )
     ctx.chromium = args.chromium  # type: ignore[attr-defined]
+    ctx.compile = not args.no_compile  # type: ignore[attr-defined]
     machine = machine_info([sys.executable, "-m", "benchmarks", *argv])
     machine["torch_threads"] = torch.get_num_threads()
     runners = {"train": training.run, "capture": capture.run, "decode": decode.run, "memory": memory.run, "app": app.run}

@@ -53,8 +53,13 @@ class Context:
 
 
 def shipped_checkpoint(path: str | Path | None = None) -> Path | None:
-    """``path`` (or ``checkpoints/en-de``) when it holds a complete checkpoint, else None."""
-    d = Path(path) if path is not None else REPO / "checkpoints" / "en-de"
+    """``path`` (or the shipped ``checkpoints/en-de``, ``$AIAYN_CHECKPOINTS/en-de`` when set, as the app
+    and :class:`aiayn.Translator` read it) when it holds a complete checkpoint, else None."""
+    if path is None:
+        from aiayn.translator import default_checkpoint
+
+        path = default_checkpoint("en-de")
+    d = Path(path)
     return d if all((d / f).is_file() for f in CHECKPOINT_FILES) else None
 
 

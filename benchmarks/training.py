@@ -175,8 +175,11 @@ def run(ctx) -> list:
         except Exception as exc:  # a failure in one group must not lose the others
             eager = None
             rows.append(na(f"train.{device}.eager.speedup", "train", device, "train speed-up aiayn / torch (eager)", "x", f"{type(exc).__name__}: {exc}"))
-        ctx.log(f"[train] {device} torch.compile (worker, time limit {ctx.compile_timeout:.0f} s)")
-        res, why = run_worker("train", dict(spec, compile=True), threads=ctx.threads, timeout=ctx.compile_timeout)
+        if getattr(ctx, "compile", True):
+            ctx.log(f"[train] {device} torch.compile (worker, time limit {ctx.compile_timeout:.0f} s)")
+            res, why = run_worker("train", dict(spec, compile=True), threads=ctx.threads, timeout=ctx.compile_timeout)
+        else:
+            res, why = None, "skipped (--no-compile)"
         if res is None:
             for what, name in (("aiayn", "train step, aiayn.Transformer (compiled)"), ("torch", "train step, torch.nn.Transformer (compiled)"),
                                ("speedup", "train speed-up aiayn / torch (compiled)")):
