@@ -9,6 +9,7 @@ mapping: ``in_proj_weight = cat([W_q, W_k, W_v])``, ``out_proj`` = W^O, ``linear
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import Tensor, nn
@@ -42,19 +43,21 @@ class TorchTransformerReference(nn.Module):
         super().__init__()
         cfg = model.cfg if model is not None else cfg
         self.cfg = cfg
-        self.transformer = nn.Transformer(
-            d_model=cfg.d_model,
-            nhead=cfg.n_heads,
-            num_encoder_layers=cfg.n_layers,
-            num_decoder_layers=cfg.n_layers,
-            dim_feedforward=cfg.d_ff,
-            dropout=cfg.dropout,
-            activation="relu",
-            layer_norm_eps=cfg.layer_norm_eps,
-            batch_first=True,
-            norm_first=cfg.norm_first,
-        )
-        if not cfg.norm_first:
+        with warnings.catch_warnings():  # torch warns that nested tensors are off for norm_first: irrelevant here
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+            self.transformer = nn.Transformer(
+                d_model=cfg.d_model,
+                nhead=cfg.n_heads,
+                num_encoder_layers=cfg.n_layers,
+                num_decoder_layers=cfg.n_layers,
+                dim_feedforward=cfg.d_ff,
+                dropout=cfg.dropout,
+                activation="relu",
+                layer_norm_eps=cfg.layer_norm_eps,
+                batch_first=True,
+                norm_first=cfg.norm_first,
+            )
+        if not cfg.norm_first:  # the paper's post-LN has no final LayerNorm
             self.transformer.encoder.norm = None
             self.transformer.decoder.norm = None
         self.src_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
