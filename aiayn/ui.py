@@ -397,11 +397,10 @@ def download_buttons(df, payload_json, stem: str, *, key: str | None = None) -> 
         payload = payload_json() if callable(payload_json) else payload_json
         return payload if isinstance(payload, str) else json.dumps(payload)
 
-    c1, c2, _ = st.columns([1, 1, 4])
-    with c1:
+    row = st.container(horizontal=True)
+    with row:
         st.download_button("⬇ CSV", csv_data, file_name=f"{safe}.csv", mime="text/csv", key=f"{key}-csv",
                            on_click="ignore", help="Long format: one row per (kind, layer, head, query, key).")
-    with c2:
         st.download_button("⬇ JSON", json_data, file_name=f"{safe}.json", mime="application/json",
                            key=f"{key}-json", on_click="ignore", help="Nested arrays with token labels.")
 
