@@ -89,12 +89,16 @@ class Subject:
         return [len(h[0].tokens) for h in res]
 
 
+#: pass as ``checkpoint`` to :func:`load_subject` to get the random stand-in even when a checkpoint exists
+_NO_CHECKPOINT = "<random>"
+
+
 def load_subject(checkpoint: str | Path | None, device: str) -> Subject:
     """The shipped checkpoint (``checkpoint`` or ``checkpoints/en-de``) if complete, else a random model of
     :data:`benchmarks.common.SHIPPED_SHAPE` (seed 0), in eval mode on ``device``."""
     from .common import SHIPPED_SHAPE, shipped_checkpoint
 
-    path = shipped_checkpoint(checkpoint)
+    path = None if checkpoint == _NO_CHECKPOINT else shipped_checkpoint(checkpoint)
     if path is not None:
         from aiayn.translator import Translator
 
@@ -107,7 +111,8 @@ def load_subject(checkpoint: str | Path | None, device: str) -> Subject:
 
 def run(ctx) -> list:
     """The ``decode`` group: latency (median, p95) per sentence length x {greedy, beam 4} x {cache, no
-    cache}; the cache speed-up; live translation (beam 4, cache, maps returned, as the app asks); batch
+    cache}; the cache speed-up (plus, with a checkpoint, on the random stand-in at a fixed output length);
+    live translation (beam 4, cache, maps returned, as the app asks); batch
     throughput (sentences/s, beam 4, cache)."""
     from .report import Row, na
 
@@ -144,6 +149,19 @@ def run(ctx) -> list:
                 ratio = medians[(length, mode, False)] / medians[(length, mode, True)]
                 rows.append(Row(f"decode.{device}.cache_speedup.{mode}.{length}", "decode", device,
                                 f"cache speed-up, {mode}, {length}", ratio, "x", "median no-cache / median cache"))
+        if subject.translator is not None:
+            # A checkpoint decides its own output length (an early one stops at once); the random stand-in
+            # always produces 1.2 x the source pieces, so this row gives the cache a fixed amount of work.
+            stand_in = load_subject(_NO_CHECKPOINT, device)
+            text = SENTENCES["medium"]
+            t_med = {}
+            for cache in (True, False):
+                out_len = []
+                t_med[cache] = Stats.of(repeat(lambda: out_len.append(stand_in.run([text], beam_size=4, use_cache=cache, return_attention=False)[0]),
+                                               warmup=1, repeats=max(3, reps // 3), device=device)).median
+            rows.append(Row(f"decode.{device}.cache_speedup.beam4.medium.fixed_length", "decode", device,
+                            f"cache speed-up, beam4, medium, random stand-in ({out_len[-1]} output pieces)", t_med[False] / t_med[True], "x",
+                            "same shape as the checkpoint, output length fixed", {"cache_s": t_med[True], "no_cache_s": t_med[False], "output_pieces": out_len[-1]}))
         # live translation as the app asks for it: beam 4, cache, every attention map returned
         text = SENTENCES["medium"]
         out_len = []

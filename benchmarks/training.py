@@ -175,6 +175,8 @@ def run(ctx) -> list:
         except Exception as exc:  # a failure in one group must not lose the others
             eager = None
             rows.append(na(f"train.{device}.eager.speedup", "train", device, "train speed-up aiayn / torch (eager)", "x", f"{type(exc).__name__}: {exc}"))
+        if device == "cuda":
+            torch.cuda.empty_cache()  # give the cached blocks back before the compile worker needs them
         if getattr(ctx, "compile", True):
             ctx.log(f"[train] {device} torch.compile (worker, time limit {ctx.compile_timeout:.0f} s)")
             res, why = run_worker("train", dict(spec, compile=True), threads=ctx.threads, timeout=ctx.compile_timeout)

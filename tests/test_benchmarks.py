@@ -196,3 +196,22 @@ def test_bad_arguments_give_exit_code_2_and_a_message(argv, message, capsys, tmp
     assert bench_main(argv + ["--out", str(tmp_path / "x.json")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_gpu_configuration_is_the_papers_base_model_and_token_batch():
+    from benchmarks.common import train_config
+
+    cfg, sizes = train_config("cuda", quick=False)
+    assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_layers, cfg.vocab_size) == (512, 8, 2048, 6, 37000)
+    assert sizes["batch"] * sizes["src_len"] == sizes["batch"] * sizes["tgt_len"] == 24_576  # ~25k + 25k (Section 5.1)
+    f = flops.training_flops(cfg, **sizes)
+    # the 6 * P * tokens part with P = weight matrices (Table 3 base: ~44M non-embedding + 19M tied projection)
+    p = flops.weight_params(cfg)
+    assert f.linear == 6 * 24_576 * (p["enc"] + p["dec_kv"] + p["dec"] + p["generator"])
+    assert 40e6 < p["enc"] + p["dec"] + p["dec_kv"] < 50e6
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when CUDA is absent")
+def test_cuda_request_without_cuda_is_a_clear_error(capsys, tmp_path):
+    assert bench_main(["--device", "cuda", "--only", "capture", "--out", str(tmp_path / "x.json")]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
