@@ -217,6 +217,22 @@ def _maps_numpy(maps) -> dict[str, np.ndarray]:
     return out
 
 
+def forced_probs(tr, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> np.ndarray:
+    """Next-piece probabilities ``(T, V)`` float32 when the decoder is fed ``<s>`` + ``tgt_ids[:-1]``.
+
+    Row i is the model's distribution for the piece at position i. Because the decoder is causally masked
+    (Section 3.2.3), feeding the model's own output reproduces the distribution of every decoding step;
+    ids are fed directly, so no re-tokenisation can change the pieces.
+    """
+    import torch
+
+    src = torch.tensor([list(src_ids)], dtype=torch.long, device=tr.device)
+    dec_in = torch.tensor([[tr.cfg.bos_id] + list(tgt_ids)[:-1]], dtype=torch.long, device=tr.device)
+    with torch.inference_mode():
+        logits = tr.model(src, dec_in)
+    return torch.softmax(logits[0].float(), dim=-1).cpu().numpy()
+
+
 def sentence_bundle(
     tr,
     text: str,
@@ -231,7 +247,7 @@ def sentence_bundle(
     """Translate (or teacher-force) one sentence and return everything the app shows, as plain values.
 
     Free-running (``reference`` None): beam search (Section 6.1), then a teacher-forced pass over the
-    model's own output (``tr.force``) for the next-token probabilities at every step. Teacher-forced
+    model's own output ids (:func:`forced_probs`) for the next-token probabilities at every step. Teacher-forced
     (``reference`` given): the reference is fed to the decoder.
 
     Returns:
@@ -251,17 +267,10 @@ def sentence_bundle(
                          n_best=n_best, return_attention=True)
         maps, out = _maps_numpy(t.attention), t
         probs = None
-        if t.tgt_ids and t.finished and t.text.strip():
-            try:
-                forced, p = tr.force(t.source, t.text)
-                if list(forced.tgt_ids) == list(t.tgt_ids):
-                    probs = p.numpy()
-                else:
-                    probs_note = "re-tokenising the output gave different pieces"
-            except ValueError as exc:
-                probs_note = str(exc)
+        if t.tgt_ids:
+            probs = forced_probs(tr, t.src_ids, t.tgt_ids)
         else:
-            probs_note = "the output was cut at the maximum length" if not t.finished else "empty output"
+            probs_note = "the output is empty"
         mode = "free-running"
     else:
         out, p = tr.force(text, reference)

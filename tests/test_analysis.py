@@ -1,0 +1,151 @@
+"""Pure analysis functions against hand-computed values (no Streamlit, no model unless stated)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from aiayn.analysis import (
+    check_text, entropy, head_stats, join_pieces, kind_labels, merge_words, top_k, unique_labels, view_stack,
+    word_groups,
+)
+
+
+def test_entropy_by_hand():
+    assert entropy(np.array([1.0, 0.0, 0.0])) == 0.0
+    assert entropy(np.array([0.25] * 4)) == pytest.approx(2.0)  # log2(4)
+    p = np.array([0.5, 0.25, 0.25])
+    assert entropy(p) == pytest.approx(1.5)  # 0.5*1 + 2*0.25*2
+    rows = np.array([[0.5, 0.5], [1.0, 0.0]])
+    assert entropy(rows).tolist() == pytest.approx([1.0, 0.0])
+
+
+def test_word_groups_and_join():
+    pieces = ["▁The", "▁cat", "s", ".", "</s>"]
+    assert word_groups(pieces) == [[0], [1, 2, 3], [4]]
+    assert word_groups(["<s>", "Ha", "▁du"]) == [[0], [1], [2]]  # a piece after a special opens a word
+    assert join_pieces(["▁cat", "s", "."]) == "cats."
+    assert join_pieces(["▁", "<0xC3>", "<0xA4>"]) == "ä"  # UTF-8 byte pieces decoded
+    assert unique_labels(["a", "a"]) == ["0:a", "1:a"]
+
+
+def test_merge_words_sum_over_keys_mean_over_queries():
+    q = ["▁un", "believ", "▁it"]
+    k = ["▁un", "believ", "▁it"]
+    w = np.array([[0.1, 0.2, 0.7],
+                  [0.3, 0.3, 0.4],
+                  [0.5, 0.25, 0.25]])
+    m, qw, kw = merge_words(w, q, k)
+    assert qw == kw == ["unbeliev", "it"]
+    # row "unbeliev" = mean of rows 0 and 1, after summing columns 0 and 1
+    assert m[0].tolist() == pytest.approx([(0.3 + 0.6) / 2, (0.7 + 0.4) / 2])
+    assert m[1].tolist() == pytest.approx([0.75, 0.25])
+    assert m.sum(axis=-1).tolist() == pytest.approx([1.0, 1.0])  # rows still sum to 1
+    # leading dimensions (L, H) are kept
+    stack = np.stack([w, w[::-1]])[None]
+    assert merge_words(stack, q, k)[0].shape == (1, 2, 2, 2)
+    with pytest.raises(ValueError):
+        merge_words(w, q[:2], k)
+
+
+def test_merge_words_drops_special_without_renormalising():
+    q = ["<s>", "▁Hi"]
+    k = ["▁Hi", "</s>"]
+    w = np.array([[0.6, 0.4], [0.9, 0.1]])
+    m, qw, kw = merge_words(w, q, k, drop_special=True)
+    assert qw == ["Hi"] and kw == ["Hi"]
+    assert m.shape == (1, 1) and m[0, 0] == pytest.approx(0.9)
+
+
+def test_head_stats_by_hand():
+    # L=1, H=2 self-attention over 3 keys ["<s>", "▁a", "</s>"]
+    toks = ["<s>", "▁a", "</s>"]
+    prev_head = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # looks at the previous token
+    uniform = np.full((3, 3), 1 / 3)
+    w = np.stack([prev_head, uniform])[None]
+    df = head_stats(w, toks, toks, kind="encoder")
+    assert list(df["layer"]) == [1, 1] and list(df["head"]) == [1, 2]
+    h1, h2 = df.iloc[0], df.iloc[1]
+    assert h1["entropy"] == pytest.approx(0.0) and h2["entropy"] == pytest.approx(math.log2(3))
+    assert h1["confidence"] == pytest.approx(1.0) and h2["confidence"] == pytest.approx(1 / 3)
+    assert h1["previous"] == pytest.approx(1.0)  # queries 1 and 2 both put all weight on i-1
+    assert h1["next"] == pytest.approx(0.0)
+    assert h1["self"] == pytest.approx(1 / 3)  # only query 0 attends to itself
+    assert h1["bos"] == pytest.approx(2 / 3) and h1["eos"] == pytest.approx(0.0)
+    assert h2["bos"] == pytest.approx(1 / 3) and h2["eos"] == pytest.approx(1 / 3)
+    assert h1["max_key"] == "<s>"
+    cross = head_stats(w, toks, toks, kind="cross")
+    assert cross["previous"].isna().all() and cross["entropy"].tolist() == pytest.approx(df["entropy"].tolist())
+    with pytest.raises(ValueError):
+        head_stats(w, toks, toks, kind="sideways")
+
+
+def test_top_k_sorted():
+    p = np.array([[0.1, 0.5, 0.15, 0.25], [0.7, 0.1, 0.1, 0.1]])
+    ids, vals = top_k(p, 2)
+    assert ids[0].tolist() == [1, 3] and vals[0].tolist() == pytest.approx([0.5, 0.25])
+    assert ids[1, 0] == 0
+
+
+def test_check_text():
+    assert check_text("  Hello   world ") == ("Hello world", [])
+    assert check_text("   ")[0] is None and "empty" in check_text("   ")[1][0]
+    assert check_text(None)[0] is None
+    cleaned, notes = check_text("a\u200bb")
+    assert cleaned == "a b" and "Control" in notes[0]
+    cleaned, notes = check_text("x" * 20, max_chars=5)
+    assert cleaned == "xxxxx" and "only the first 5" in notes[0]
+
+
+def _bundle():
+    src = ["▁Hi", "▁there", "</s>"]
+    fed = ["<s>", "▁Hal", "lo"]
+    out = ["▁Hal", "lo", "</s>"]
+    rng = np.random.default_rng(0)
+
+    def rows(shape):
+        a = rng.random(shape)
+        return a / a.sum(-1, keepdims=True)
+
+    dec = np.tril(rows((1, 2, 3, 3)))
+    dec = dec / dec.sum(-1, keepdims=True)
+    return {"src_tokens": src, "dec_in": fed, "out_tokens": out, "encoder": rows((1, 2, 3, 3)),
+            "decoder": dec, "cross": rows((1, 2, 3, 3))}
+
+
+def test_view_stack_labels_and_merging():
+    b = _bundle()
+    assert kind_labels(b, "cross") == (b["dec_in"], b["src_tokens"])
+    w, ql, kl = view_stack(b, "cross")
+    assert ql == ["0:<s>→▁Hal", "1:▁Hal→lo", "2:lo→</s>"] and kl == ["0:▁Hi", "1:▁there", "2:</s>"]
+    assert np.array_equal(w, b["cross"])
+    w, ql, kl = view_stack(b, "cross", hide_special=True)
+    assert ql == ["1:▁Hal→lo", "2:lo→</s>"] and kl == ["0:▁Hi", "1:▁there"]
+    assert np.allclose(w, b["cross"][..., 1:, :2])
+    w, ql, kl = view_stack(b, "decoder", words=True)
+    assert ql == ["0:<s>", "1:Hallo"] and kl == ["0:<s>", "1:Hallo"]
+    assert np.allclose(w[..., 1, 1], (b["decoder"][..., 1, 1:].sum(-1) + b["decoder"][..., 2, 1:].sum(-1)) / 2)
+    with pytest.raises(ValueError):
+        view_stack(b, "sideways")
+
+
+def test_sentence_bundle_matches_translator(tiny_translator):
+    """The bundle holds the translator's own maps and the teacher-forced probabilities of its output."""
+    import torch
+
+    from aiayn.analysis import sentence_bundle
+
+    b = sentence_bundle(tiny_translator, "Good morning", beam_size=1, max_len=8)
+    t = tiny_translator.translate("Good morning", beam_size=1, max_len=8)
+    assert b["out_tokens"] == t.tgt_tokens and b["src_tokens"] == t.src_tokens
+    assert np.allclose(b["cross"], t.attention.cross[:, 0].float().numpy(), atol=1e-6)
+    # greedy decoding: the piece chosen at every step is the most probable one of the forced pass
+    assert [row[0] for row in b["topk_pieces"]] == t.tgt_tokens
+    assert np.allclose(b["chosen_prob"], b["topk_probs"][:, 0], atol=1e-5)
+    assert np.all(np.diff(b["topk_probs"], axis=1) <= 0)
+    f = sentence_bundle(tiny_translator, "Good morning", reference="Guten Morgen")
+    forced, probs = tiny_translator.force("Good morning", "Guten Morgen")
+    assert f["mode"] == "teacher-forced" and f["out_tokens"] == forced.tgt_tokens
+    ids = torch.tensor(forced.tgt_ids)
+    assert np.allclose(f["chosen_prob"], probs[torch.arange(len(ids)), ids].numpy(), atol=1e-6)

@@ -1,0 +1,190 @@
+"""Attention explorer page (AppTest against tiny random checkpoints): every control changes the view."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+PAGE = "pages/2_Attention_Explorer.py"
+SENT = "I have no time."
+
+
+@pytest.fixture()
+def checkpoints(tiny_checkpoints, monkeypatch):
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield tiny_checkpoints
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoints):
+    """What the page must show, computed independently of the page (translator + model directly)."""
+    from aiayn import Translator
+
+    tr = Translator.load(tiny_checkpoints / "en-de", device="cpu")
+    t = tr.translate(SENT, beam_size=4, length_penalty=0.6, n_best=4)
+    forced, probs = tr.force(SENT, "Ich habe keine Zeit.")
+    return tr, t, forced, probs
+
+
+def arr(value):
+    if isinstance(value, dict) and "bdata" in value:
+        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if value.get("shape"):
+            a = a.reshape([int(x) for x in str(value["shape"]).split(",")])
+        return a.astype(float)
+    return np.array(value, dtype=float)
+
+
+def charts(at) -> dict[str, dict]:
+    """Plotly specs by element key (the page gives every chart a key)."""
+    return {_key(el): json.loads(el.proto.spec) for el in at.get("plotly_chart")}
+
+
+def _key(el) -> str:
+    # element ids end with the user key for keyed elements ("$$ID-<hash>-<key>")
+    return el.proto.id.rsplit("-", 1)[-1]
+
+
+def run(query=None):
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.switch_page(PAGE)
+    return at.run()
+
+
+def test_default_view_is_cross_attention_of_the_models_output(checkpoints, reference):
+    _, t, _, _ = reference
+    at = run()
+    assert not at.exception, at.exception
+    c = charts(at)
+    assert {"head_view", "model_view", "step_decoder", "step_cross", "step_topk"} <= set(c), set(c)
+    head = c["head_view"]["data"][0]
+    assert head["x"] == [f"{i}:{p}" for i, p in enumerate(t.src_tokens)]
+    assert head["y"] == [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
+    assert np.allclose(arr(head["z"]), t.attention.cross[-1, 0].mean(0).numpy(), atol=1e-5)
+    assert any("What to look for" in i.value for i in at.info)  # curated example hint
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder", "cross"])
+def test_kind_layer_head_pick_the_map(checkpoints, reference, kind):
+    _, t, _, _ = reference
+    at = run({"kind": kind, "layer": "1", "head": "2"})
+    assert not at.exception
+    z = arr(charts(at)["head_view"]["data"][0]["z"])
+    assert np.allclose(z, getattr(t.attention, kind)[0, 0, 1].numpy(), atol=1e-5)
+    mv = charts(at)["model_view"]
+    L, H = t.attention.n_layers, t.attention.n_heads
+    assert len(mv["data"]) == L * H and all(tr.get("coloraxis") == "coloraxis" for tr in mv["data"])
+
+
+def test_widgets_change_the_view(checkpoints, reference):
+    _, t, _, _ = reference
+    at = run()
+    at.segmented_control(key="kind").set_value("encoder").run()
+    z = arr(charts(at)["head_view"]["data"][0]["z"])
+    assert z.shape == (len(t.src_tokens), len(t.src_tokens))
+    at.segmented_control(key="head").set_value("3").run()
+    assert np.allclose(arr(charts(at)["head_view"]["data"][0]["z"]), t.attention.encoder[-1, 0, 2].numpy(), atol=1e-5)
+    at.toggle(key="nospecial").set_value(True).run()
+    x = charts(at)["head_view"]["data"][0]["x"]
+    assert not any(lbl.endswith("</s>") for lbl in x) and len(x) == len(t.src_tokens) - 1
+    at.toggle(key="words").set_value(True).run()
+    assert not at.exception
+    n_words = sum(p.startswith("▁") or i == 0 for i, p in enumerate(t.src_tokens) if p != "</s>")
+    assert len(charts(at)["head_view"]["data"][0]["x"]) <= n_words
+    at.toggle(key="values").set_value(True).run()
+    assert charts(at)["head_view"]["data"][0].get("texttemplate") == "%{z:.2f}"
+
+
+def test_teacher_forced_mode_uses_the_reference(checkpoints, reference):
+    _, _, forced, probs = reference
+    at = run({"mode": "forced", "text": SENT, "ref": "Ich habe keine Zeit."})
+    assert not at.exception
+    head = charts(at)["head_view"]["data"][0]
+    assert head["y"] == [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(forced.decoder_input_tokens, forced.tgt_tokens))]
+    assert np.allclose(arr(head["z"]), forced.attention.cross[-1, 0].mean(0).numpy(), atol=1e-5)
+    assert any("Teacher-forced" in m.value for m in at.markdown)
+
+
+def test_step_scrubber(checkpoints, reference):
+    tr, t, _, _ = reference
+    at = run({"step": "3", "head": "1"})
+    assert not at.exception
+    c = charts(at)
+    dec = arr(c["step_decoder"]["data"][0]["z"])
+    assert dec.shape == (3, 3)  # rows 0..t and keys 0..t at step 3
+    assert np.allclose(dec, t.attention.decoder[-1, 0, 0, :3, :3].numpy(), atol=1e-5)
+    cross = arr(c["step_cross"]["data"][0]["z"])
+    assert np.allclose(cross, t.attention.cross[-1, 0, 0, 2:3].numpy(), atol=1e-5)
+    # top-k: an independent teacher-forced forward pass over the model's own output ids
+    import torch
+
+    with torch.inference_mode():
+        logits = tr.model(torch.tensor([t.src_ids]), torch.tensor([[tr.cfg.bos_id] + t.tgt_ids[:-1]]))
+    p = torch.softmax(logits[0, 2].float(), -1)
+    top = torch.topk(p, 10)
+    bar = c["step_topk"]["data"][0]
+    assert [lbl.split(":", 1)[1] for lbl in bar["y"]] == [tr.tokenizer.id_to_piece(int(i)) for i in top.indices]
+    assert np.allclose(arr(bar["x"]), top.values.numpy(), atol=1e-5)
+    at.slider(key="step").set_value(1).run()
+    assert arr(charts(at)["step_decoder"]["data"][0]["z"]).shape == (1, 1)
+
+
+def test_head_statistics_table(checkpoints, reference):
+    _, t, _, _ = reference
+    from aiayn.analysis import entropy
+
+    at = run({"kind": "encoder"})
+    df = at.dataframe[0].value
+    L, H = t.attention.n_layers, t.attention.n_heads
+    assert len(df) == L * H
+    w = t.attention.encoder[1, 0, 3].numpy()  # layer 2, head 4
+    row = df[(df["layer"] == 2) & (df["head"] == 4)].iloc[0]
+    assert row["entropy"] == pytest.approx(entropy(w).mean(), abs=1e-5)
+    assert row["confidence"] == pytest.approx(w.max(-1).mean(), abs=1e-5)
+    assert row["eos"] == pytest.approx(w[:, -1].mean(), abs=1e-5)  # </s> is the last source piece
+
+
+@pytest.mark.parametrize("query, needle", [
+    ({"layer": "99"}, "layer=99"),
+    ({"head": "abc"}, "head=abc"),
+    ({"kind": "sideways"}, "kind=sideways"),
+    ({"step": "-4"}, "step=-4"),
+    ({"mode": "guess"}, "mode=guess"),
+])
+def test_malformed_url_parameters_warn_and_fall_back(checkpoints, query, needle):
+    at = run(query)
+    assert not at.exception
+    assert any(needle in w.value for w in at.warning), [w.value for w in at.warning]
+    assert "head_view" in charts(at)
+
+
+def test_bad_sentences(checkpoints):
+    at = run({"text": ""})
+    assert not at.exception and any("empty" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
+    at = run({"mode": "forced", "text": "Hello", "ref": "  "})
+    assert not at.exception
+    assert any("needs a reference" in w.value for w in at.warning)
+    assert "head_view" in charts(at)
+
+
+def test_curated_example_fills_the_form(checkpoints):
+    at = run()
+    at.selectbox(key="ex_pick").set_value("The house is small.").run()
+    assert not at.exception
+    assert at.text_input(key="ex_text").value == "The house is small."
+    assert at.text_input(key="ex_ref").value == "Das Haus ist klein."
+    assert any("diagonal" in i.value for i in at.info)
