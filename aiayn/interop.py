@@ -5,6 +5,10 @@
 mapping: ``in_proj_weight = cat([W_q, W_k, W_v])``, ``out_proj`` = W^O, ``linear1/linear2`` = the FFN,
 ``norm1..3`` the LayerNorms. The paper's post-LN has no final LayerNorm, so ``encoder.norm`` and
 ``decoder.norm`` are removed (PyTorch always adds them); with ``norm_first=True`` they carry our final norms.
+
+In eval mode the two are the same function. In training mode they differ in one place: ``torch.nn.Transformer``
+applies its single ``dropout`` rate to the attention weights too, while aiayn uses ``attention_dropout`` there
+(0 by default, as in the paper's text).
 """
 from __future__ import annotations
 

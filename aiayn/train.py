@@ -460,6 +460,13 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
     info = {"direction": tc["direction"], "src_lang": tc["direction"].split("-")[0], "tgt_lang": tc["direction"].split("-")[1],
             "averaged_states": [p.name for p in chosen], "step": st["step"], "epoch": st["epoch"],
             "train_wall_time_s": st["wall_time"], "train_tokens": st["tokens"], "train_config": tc}
+    try:
+        import subprocess
+
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                            cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        info["git_commit"] = None
     info.update(meta or {})
     out = save_checkpoint(out_dir, model, spm_model=run_dir / "spm.model", dtype=dtype, meta=info)
     if (run_dir / "metrics.jsonl").is_file():
