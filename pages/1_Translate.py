@@ -133,7 +133,7 @@ layer_opts = [str(i) for i in range(1, L + 1)]
 head_opts = ["mean"] + [str(i) for i in range(1, H + 1)]
 ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
 ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
-a1, a2, _ = st.columns([1, 2, 2])
+a1, a2 = st.columns([1, 4])
 layer = a1.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
 head = a2.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
 layer = layer if layer in layer_opts else layer_opts[-1]

@@ -147,7 +147,7 @@ ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
 ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
 for flag in ("words", "nospecial", "values"):
     ui.warn_bad_param(flag, ("true", "false", "True", "False", "1", "0"), f"{flag} must be true or false")
-c1, c2, c3 = st.columns([3, 1, 3], vertical_alignment="bottom")
+c1, c2, c3 = st.columns([2, 1, 4], vertical_alignment="bottom")
 kind = c1.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
                             help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
                                  "cross = encoder-decoder attention (Section 3.2.3)")

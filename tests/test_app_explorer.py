@@ -37,6 +37,11 @@ def reference(tiny_checkpoints):
     return tr, t, forced, probs
 
 
+def esc(label: str) -> str:
+    """Plotly reads labels as HTML: the page must escape <, > and & (so <s> does not strike through)."""
+    return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def arr(value):
     if isinstance(value, dict) and "bdata" in value:
         a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
@@ -71,8 +76,8 @@ def test_default_view_is_cross_attention_of_the_models_output(checkpoints, refer
     c = charts(at)
     assert {"head_view", "model_view", "step_decoder", "step_cross", "step_topk"} <= set(c), set(c)
     head = c["head_view"]["data"][0]
-    assert head["x"] == [f"{i}:{p}" for i, p in enumerate(t.src_tokens)]
-    assert head["y"] == [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
+    assert head["x"] == [esc(f"{i}:{p}") for i, p in enumerate(t.src_tokens)]
+    assert head["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
     assert np.allclose(arr(head["z"]), t.attention.cross[-1, 0].mean(0).numpy(), atol=1e-5)
     assert any("What to look for" in i.value for i in at.info)  # curated example hint
 
@@ -99,7 +104,7 @@ def test_widgets_change_the_view(checkpoints, reference):
     assert np.allclose(arr(charts(at)["head_view"]["data"][0]["z"]), t.attention.encoder[-1, 0, 2].numpy(), atol=1e-5)
     at.toggle(key="nospecial").set_value(True).run()
     x = charts(at)["head_view"]["data"][0]["x"]
-    assert not any(lbl.endswith("</s>") for lbl in x) and len(x) == len(t.src_tokens) - 1
+    assert not any(lbl.endswith("&lt;/s&gt;") for lbl in x) and len(x) == len(t.src_tokens) - 1
     at.toggle(key="words").set_value(True).run()
     assert not at.exception
     n_words = sum(p.startswith("▁") or i == 0 for i, p in enumerate(t.src_tokens) if p != "</s>")
@@ -113,7 +118,7 @@ def test_teacher_forced_mode_uses_the_reference(checkpoints, reference):
     at = run({"mode": "forced", "text": SENT, "ref": "Ich habe keine Zeit."})
     assert not at.exception
     head = charts(at)["head_view"]["data"][0]
-    assert head["y"] == [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(forced.decoder_input_tokens, forced.tgt_tokens))]
+    assert head["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(forced.decoder_input_tokens, forced.tgt_tokens))]
     assert np.allclose(arr(head["z"]), forced.attention.cross[-1, 0].mean(0).numpy(), atol=1e-5)
     assert any("Teacher-forced" in m.value for m in at.markdown)
 
@@ -136,7 +141,7 @@ def test_step_scrubber(checkpoints, reference):
     p = torch.softmax(logits[0, 2].float(), -1)
     top = torch.topk(p, 10)
     bar = c["step_topk"]["data"][0]
-    assert [lbl.split(":", 1)[1] for lbl in bar["y"]] == [tr.tokenizer.id_to_piece(int(i)) for i in top.indices]
+    assert [lbl.split(":", 1)[1] for lbl in bar["y"]] == [esc(tr.tokenizer.id_to_piece(int(i))) for i in top.indices]
     assert np.allclose(arr(bar["x"]), top.values.numpy(), atol=1e-5)
     at.slider(key="step").set_value(1).run()
     assert arr(charts(at)["step_decoder"]["data"][0]["z"]).shape == (1, 1)

@@ -28,6 +28,11 @@ def spec(at, i=0):
     return json.loads(at.get("plotly_chart")[i].proto.spec)
 
 
+def esc(label: str) -> str:
+    """Plotly reads labels as HTML: the page must escape <, > and & (so <s> does not strike through)."""
+    return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def arr(value):
     """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}`` (plotly >= 6)."""
     import base64
@@ -60,8 +65,8 @@ def test_default_sentence_translates_with_alignment(checkpoints, tiny_translator
     fig = spec(at)
     heat = fig["data"][0]
     # rows: decoder positions labelled fed→predicted; columns: source pieces, unique "i:piece" labels
-    assert heat["x"] == [f"{i}:{p}" for i, p in enumerate(t.src_tokens)]
-    assert heat["y"] == [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
+    assert heat["x"] == [esc(f"{i}:{p}") for i, p in enumerate(t.src_tokens)]
+    assert heat["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
     # default view: last layer, mean over heads of the cross-attention
     import numpy as np
 

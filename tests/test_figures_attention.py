@@ -27,6 +27,13 @@ def test_heatmap_labels_values_and_orientation():
         attention_heatmap(w, ["a"], ["x", "y"])
 
 
+def test_labels_are_escaped_for_plotly_html():
+    fig = attention_heatmap(np.eye(2), ["<s>", "▁a&b"], ["x", "</s>"])
+    assert list(fig.data[0].y) == ["&lt;s&gt;", "▁a&amp;b"] and list(fig.data[0].x) == ["x", "&lt;/s&gt;"]
+    assert list(topk_bar(["</s>"], [1.0]).data[0].y) == ["0:&lt;/s&gt;"]
+    assert list(model_view(np.ones((1, 1, 1, 1)), q_labels=["<s>"], k_labels=["<s>"]).data[0].y) == ["0:&lt;s&gt;"]
+
+
 def test_query_labels():
     assert query_labels(["<s>", "▁Hal"], ["▁Hal", "lo"]) == ["0:<s>→▁Hal", "1:▁Hal→lo"]
     assert query_labels(["<s>", "<s>"]) == ["0:<s>", "1:<s>"]

@@ -1,7 +1,8 @@
 """Plotly figures of attention maps (pure functions: arrays and labels in, ``go.Figure`` out).
 
 Rows are queries (top to bottom), columns are keys (left to right), as in the paper's Figures 3-5. Axis
-categories are unique labels ``"i:piece"`` because pieces repeat. Weights are post-softmax (Eq. 1).
+categories are unique labels ``"i:piece"`` because pieces repeat, with ``<``, ``>``, ``&`` escaped as HTML
+entities (plotly renders text as HTML; ``&lt;s&gt;`` displays as ``<s>``). Weights are post-softmax (Eq. 1).
 """
 from __future__ import annotations
 
@@ -19,6 +20,16 @@ AXIS_TITLES = {
     "decoder": ("query: piece fed → piece predicted", "key: piece fed (BOS-shifted)"),
     "cross": ("query: piece fed → piece predicted", "key: source piece"),
 }
+
+
+def plotly_safe(label: str) -> str:
+    """Escape ``&``, ``<``, ``>`` for plotly, which reads text as HTML (``<s>`` would strike through the
+    rest of the label and ``</s>`` vanish)."""
+    return str(label).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _safe(labels) -> list[str]:
+    return [plotly_safe(x) for x in labels]
 
 
 def query_labels(fed: Sequence[str], predicted: Sequence[str] | None = None) -> list[str]:
@@ -56,8 +67,8 @@ def attention_heatmap(
     w = np.asarray(weights, dtype=float)
     if w.ndim != 2 or w.shape != (len(q_labels), len(k_labels)):
         raise ValueError(f"map of shape {w.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
-    y = list(q_labels) if len(set(q_labels)) == len(q_labels) else unique_labels(q_labels)
-    x = list(k_labels) if len(set(k_labels)) == len(k_labels) else unique_labels(k_labels)
+    y = _safe(q_labels if len(set(q_labels)) == len(q_labels) else unique_labels(q_labels))
+    x = _safe(k_labels if len(set(k_labels)) == len(k_labels) else unique_labels(k_labels))
     vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
     trace = go.Heatmap(
         z=w, x=x, y=y, zmin=0.0, zmax=vmax, colorscale=colorscale,
@@ -105,8 +116,8 @@ def model_view(
     if w.ndim != 4:
         raise ValueError(f"expected (L, H, Q, K) weights, got shape {w.shape}")
     L, H, Q, K = w.shape
-    y = unique_labels(q_labels) if q_labels is not None else list(range(Q))
-    x = unique_labels(k_labels) if k_labels is not None else list(range(K))
+    y = _safe(unique_labels(q_labels)) if q_labels is not None else list(range(Q))
+    x = _safe(unique_labels(k_labels)) if k_labels is not None else list(range(K))
     fig = make_subplots(
         rows=L, cols=H, horizontal_spacing=0.012, vertical_spacing=0.03 if L > 1 else 0.0,
         column_titles=[f"head {h + 1}" for h in range(H)], row_titles=[f"layer {l + 1}" for l in range(L)],
@@ -138,7 +149,7 @@ def topk_bar(pieces: Sequence[str], probs: Sequence[float], *, chosen: str | Non
              colorscale_color: str = "#2a788e", highlight: str = "#fde725", template: str | None = None) -> go.Figure:
     """Horizontal bars of the top-k next-piece probabilities, best at the top; ``chosen`` highlighted."""
     p = [float(v) for v in probs]
-    labels = unique_labels(pieces)
+    labels = _safe(unique_labels(pieces))
     colors = [highlight if chosen is not None and pc == chosen else colorscale_color for pc in pieces]
     fig = go.Figure(go.Bar(
         x=p, y=labels, orientation="h", marker_color=colors, text=[f"{v:.1%}" for v in p], textposition="auto",
