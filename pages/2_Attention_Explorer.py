@@ -214,7 +214,8 @@ with tab_step:
         fig = attention_heatmap(dec_w[: t + 1, : t + 1], dq, [f"{j}:{fed[j]}" for j in range(t + 1)],
                                 title=f"Decoder self-attention, rows 0..{t} (layer {layer}, {what})",
                                 colorscale=ctx.colorscale, x_title=AXIS_TITLES["decoder"][1],
-                                y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=ctx.template)
+                                y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=ctx.template,
+                                height=int(min(620, 260 + 28 * (t + 1))))
         ui.show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{stem}")
     with s2:
         fig = attention_heatmap(crs_w[t : t + 1], dq[t:], [f"{j}:{p}" for j, p in enumerate(b["src_tokens"])],
@@ -239,7 +240,8 @@ with tab_stats:
                "high bos/eos = sink heads." + (" Self/previous/next are not defined for cross-attention."
                                                if kind == "cross" else ""))
     num = {c: st.column_config.NumberColumn(c, help=STAT_HELP[c], format="%.3f") for c in STAT_HELP}
-    st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table")
+    st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table",
+                 height=min(36 * (len(stats) + 1) + 4, 900))
     metric = st.selectbox("Map a statistic over layers × heads", list(STAT_HELP), key="stat_metric")
     if stats[metric].notna().any():
         ui.show_figure(head_stats_figure(stats, metric, colorscale=ctx.colorscale, template=ctx.template),

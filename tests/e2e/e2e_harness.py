@@ -31,4 +31,10 @@ def wait_ready(pg, timeout: float = 90_000) -> None:
 def screenshot(pg, name: str) -> None:
     if os.environ.get("AIAYN_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        pg.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        # Streamlit scrolls inside its main container, so a tall viewport (not full_page) captures the page.
+        size = pg.viewport_size
+        pg.set_viewport_size({"width": 1400, "height": 2000})
+        pg.wait_for_timeout(1000)
+        pg.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+        if size:
+            pg.set_viewport_size(size)
