@@ -229,6 +229,7 @@ _PRESENTER_CSS = f"""
 html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li {{ font-size: 1.15rem; }}
 [data-testid="stWidgetLabel"] p {{ font-size: 1.05rem; }}
+[data-testid="stSidebar"] [data-testid="stPageLink"] p {{ font-size: 0.8rem; }}
 </style>
 """
 
@@ -359,6 +360,25 @@ def plotly_config(filename: str = "figure", export_format: str | None = None) ->
     }
 
 
+def apply_presenter_fonts(fig, size: int = PRESENTER_FONT_SIZE) -> None:
+    """Large type on a plotly figure, set explicitly on every text element (Streamlit's chart theme
+    would otherwise override a layout-level font size): titles, axis titles, tick labels, colour bars."""
+    fig.update_layout(font=dict(size=size), title_font_size=size + 4, hoverlabel_font_size=size,
+                      legend_font_size=size)
+    fig.update_xaxes(tickfont_size=size - 2, title_font_size=size)
+    fig.update_yaxes(tickfont_size=size - 2, title_font_size=size)
+    fig.update_annotations(font_size=size)
+    for trace in fig.data:
+        if hasattr(trace, "colorbar"):
+            try:
+                trace.colorbar.tickfont.size = size - 2
+                trace.colorbar.title.font.size = size
+            except (AttributeError, ValueError):
+                pass
+    if "coloraxis" in fig.layout and fig.layout.coloraxis.colorbar is not None:
+        fig.layout.coloraxis.colorbar.tickfont.size = size - 2
+
+
 def show_figure(fig, *, key: str, filename: str = "figure", height: int | None = None) -> None:
     """Show a plotly figure full width with the export config; in presenter mode with large type.
 
@@ -369,9 +389,9 @@ def show_figure(fig, *, key: str, filename: str = "figure", height: int | None =
         height: optional height in pixels.
     """
     if st.session_state.get("presenter"):
-        size = fig.layout.font.size if fig.layout.font and fig.layout.font.size else None
-        if size is None or size < PRESENTER_FONT_SIZE:
-            fig.update_layout(font_size=PRESENTER_FONT_SIZE)
+        apply_presenter_fonts(fig)
+        if height is None and (fig.layout.height or 0) < 480:
+            height = 480
     if height is not None:
         fig.update_layout(height=height)
     st.plotly_chart(fig, width="stretch", config=plotly_config(filename), key=key, theme="streamlit")

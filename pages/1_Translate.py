@@ -144,7 +144,7 @@ what = "mean over heads" if head == "mean" else f"head {head}"
 fig = attention_heatmap(
     w, query_labels(b["dec_in"], b["out_tokens"]), unique_labels(b["src_tokens"]),
     title=f"Cross-attention, layer {layer}, {what}", colorscale=ctx.colorscale,
-    x_title="source piece (key)", y_title="output (query: fed → predicted)", template=ctx.template,
+    x_title="source piece (key)", y_title="output (fed → predicted)", template=ctx.template,
 )
 ui.show_figure(fig, key="alignment", filename=f"alignment_{ctx.direction}_L{layer}_{what.replace(' ', '_')}")
 maps_for = lambda: bundle_maps(b)  # noqa: E731

@@ -147,17 +147,17 @@ ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
 ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
 for flag in ("words", "nospecial", "values"):
     ui.warn_bad_param(flag, ("true", "false", "True", "False", "1", "0"), f"{flag} must be true or false")
-c1, c2, c3 = st.columns([2, 1, 4], vertical_alignment="bottom")
+c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
 kind = c1.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
                             help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
                                  "cross = encoder-decoder attention (Section 3.2.3)")
 layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-head = c3.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
+head = st.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
 kind = kind if kind in KINDS else "cross"
 layer = layer if layer in layer_opts else layer_opts[-1]
 head = head if head in head_opts else "mean"
 t1, t2, t3 = st.columns(3)
-words = t1.toggle("Merge pieces into words", key="words", bind="query-params",
+words = t1.toggle("Merge into words", key="words", bind="query-params",
                   help="Attention to a word = sum over its pieces; from a word = mean over its pieces.")
 hide = t2.toggle("Hide <s> and </s>", key="nospecial", bind="query-params",
                  help="Leave out the special tokens (rows are not renormalised).")

@@ -193,3 +193,22 @@ def test_curated_example_fills_the_form(checkpoints):
     assert at.text_input(key="ex_text").value == "The house is small."
     assert at.text_input(key="ex_ref").value == "Das Haus ist klein."
     assert any("diagonal" in i.value for i in at.info)
+
+
+def test_presenter_mode_large_type_and_cividis(checkpoints):
+    from aiayn import ui
+
+    at = run()
+    normal = charts(at)["head_view"]
+    assert normal["data"][0]["colorscale"][0][1] != ""
+    at = run({"presenter": "true"})
+    assert not at.exception
+    big = charts(at)["head_view"]
+    assert big["layout"]["font"]["size"] == ui.PRESENTER_FONT_SIZE
+    assert big["layout"]["xaxis"]["tickfont"]["size"] == ui.PRESENTER_FONT_SIZE - 2
+    # a colour-blind-safe scale that differs from the default one
+    import plotly.colors
+
+    cividis = plotly.colors.get_colorscale("Cividis")
+    assert [c[1] for c in big["data"][0]["colorscale"]] == [c[1] for c in cividis]
+    assert [c[1] for c in normal["data"][0]["colorscale"]] != [c[1] for c in cividis]

@@ -16,9 +16,9 @@ from ..analysis import unique_labels
 
 #: axis titles per kind: (query axis, key axis)
 AXIS_TITLES = {
-    "encoder": ("query: source piece", "key: source piece"),
-    "decoder": ("query: piece fed → piece predicted", "key: piece fed (BOS-shifted)"),
-    "cross": ("query: piece fed → piece predicted", "key: source piece"),
+    "encoder": ("query (source)", "key (source)"),
+    "decoder": ("query (fed → predicted)", "key (fed, BOS-shifted)"),
+    "cross": ("query (fed → predicted)", "key (source)"),
 }
 
 
