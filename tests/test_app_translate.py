@@ -145,3 +145,28 @@ def test_empty_and_odd_input(checkpoints):
     texts = " ".join(w.value for w in at.warning)
     assert "only the first 1,000" in texts and "Control or invisible" in texts
     assert at.get("plotly_chart")
+
+
+def test_direction_switch_swaps_the_default_sentence(checkpoints, tiny_checkpoints):
+    from aiayn import Translator
+
+    at = run()
+    at.radio(key="direction").set_value("de-en").run()
+    assert not at.exception
+    assert at.text_input(key="tr_text").value == "Ich habe keine Zeit."
+    t = Translator.load(tiny_checkpoints / "de-en", device="cpu").translate("Ich habe keine Zeit.", beam_size=4, n_best=4)
+    assert at.subheader[0].value == (t.text or "∅ (empty output)")
+
+
+@pytest.mark.parametrize("page", ["pages/1_Translate.py", "pages/2_Attention_Explorer.py"])
+def test_missing_checkpoint_is_a_message_not_a_traceback(tmp_path, monkeypatch, page):
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tmp_path))
+    st.cache_resource.clear()
+    (tmp_path / "en-de").mkdir()
+    (tmp_path / "en-de" / "model.safetensors").write_bytes(b"not a safetensors file")
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception
+    assert at.error and "could not be loaded" in at.error[0].value
+    assert not at.get("plotly_chart")
