@@ -425,3 +425,18 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
     lb = [r["train_loss"] for r in read_metrics(ddp)]
     assert len(la) == len(lb) == steps
     np.testing.assert_allclose(lb, la, rtol=1e-5)
+
+
+def test_upsample_sentences_repeats_only_full_sentence_pairs():
+    from aiayn.train import upsample_sentences
+
+    src = ["I have no time.", "house", "Where is the station?", "to be late"]
+    tgt = ["Ich habe keine Zeit.", "Haus", "bahnhof", "sich verspäten"]  # third: target is no sentence
+    s3, t3 = upsample_sentences(src, tgt, 3)
+    assert s3.count("I have no time.") == 3 and t3.count("Ich habe keine Zeit.") == 3
+    assert s3.count("Where is the station?") == 1  # only pairs whose two sides are sentences
+    assert s3.count("house") == 1 and s3.count("to be late") == 1
+    assert list(zip(s3, t3)).count(("I have no time.", "Ich habe keine Zeit.")) == 3  # pairs stay aligned
+    assert upsample_sentences(src, tgt, 1) == (src, tgt)
+    with pytest.raises(ValueError):
+        upsample_sentences(src, tgt, 0)
