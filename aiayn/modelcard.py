@@ -100,6 +100,27 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     return "\n".join(lines)
 
 
+def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:
+    """Copy the test scores of an ``aiayn evaluate`` JSON into the checkpoint's ``config.json`` meta
+    (``meta["test_scores"]``), so the app can show them without reading the card."""
+    from .checkpoint import CONFIG_FILE, _atomic_write_bytes
+
+    path = Path(ckpt) / CONFIG_FILE
+    config = json.loads(path.read_text())
+    sc = evaluation.get("scores", {})
+    base = sc.get("dictionary_baseline") or {}
+    config.setdefault("meta", {})["test_scores"] = {
+        "test_bleu": sc.get("model", {}).get("bleu"),
+        "test_chrf": sc.get("model", {}).get("chrf"),
+        "dictionary_baseline_bleu": base.get("bleu"),
+        "dictionary_baseline_chrf": base.get("chrf"),
+        "n_sentences": evaluation.get("n_sentences"),
+        "bleu_signature": evaluation.get("signatures", {}).get("bleu"),
+        "chrf_signature": evaluation.get("signatures", {}).get("chrf"),
+    }
+    _atomic_write_bytes(path, json.dumps(config, indent=2, sort_keys=True).encode())
+
+
 def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str | Path | None, hardware: str, notes: str = "") -> Path:
     """Render and write ``MODEL_CARD.md`` into ``ckpt`` (translating the everyday sample sentences live)."""
     from .translator import Translator
@@ -111,6 +132,8 @@ def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str 
     tr = Translator.load(ckpt, device="cpu")
     src = tr.meta.get("src_lang", "en")
     samples = [(s, tr.translate(s, return_attention=False).text) for s in EVERYDAY.get(src, EVERYDAY["en"])]
+    if evaluation:
+        record_scores(ckpt, evaluation)
     text = render_card(ckpt, evaluation, datasheet, samples, hardware, notes)
     out = ckpt / "MODEL_CARD.md"
     out.write_text(text)
