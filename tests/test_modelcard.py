@@ -1,0 +1,47 @@
+"""MODEL_CARD.md is rendered from measured inputs (config, datasheet, evaluate JSON), never typed by hand."""
+from __future__ import annotations
+
+import json
+
+from aiayn.checkpoint import read_config
+from aiayn.modelcard import record_scores, render_card
+
+
+def _evaluation(bleu: float, base: float) -> dict:
+    return {
+        "n_sentences": 1000,
+        "decoding": {"beam_size": 4, "alpha": 0.6, "max_len": "source length + 50"},
+        "scores": {"model": {"bleu": bleu, "chrf": 40.5}, "dictionary_baseline": {"bleu": base, "chrf": 30.25}},
+        "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0", "chrf": "nrefs:1|nc:6"},
+    }
+
+
+def test_card_carries_the_measured_numbers_and_the_license(tiny_checkpoints):
+    ckpt = tiny_checkpoints / "en-de"
+    sheet = {"source": {"license": "GPL-2.0-or-later", "sha256": "abc123"},
+             "counts": {"train": {"pairs": 12345, "sentences": 678, "phrases": 11667}}}
+    text = render_card(ckpt, _evaluation(12.34, 3.21), sheet, [("I have no time.", "Ich habe keine Zeit.")], "2-core CPU")
+    assert "GPL-2.0-or-later" in text and "abc123" in text
+    assert "| this model | 12.34 | 40.50 |" in text
+    assert "| Ding word-by-word dictionary baseline | 3.21 | 30.25 |" in text
+    assert "| train | 12,345 | 678 | 11,667 |" in text
+    assert "tok:13a" in text and "2-core CPU" in text
+    assert "| I have no time. | Ich habe keine Zeit. |" in text
+    cfg = read_config(ckpt)["model"]
+    assert f"| d_model | {cfg['d_model']} |" in text and f"| n_layers | {cfg['n_layers']} |" in text
+
+
+def test_card_without_evaluation_says_so(tiny_checkpoints):
+    text = render_card(tiny_checkpoints / "de-en", None, None, [], "cpu")
+    assert "Not evaluated yet." in text and "this model |" not in text
+
+
+def test_record_scores_writes_into_config_meta(tiny_checkpoints, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "en-de"
+    shutil.copytree(tiny_checkpoints / "en-de", ckpt)
+    record_scores(ckpt, _evaluation(7.5, 2.0))
+    meta = json.loads((ckpt / "config.json").read_text())["meta"]
+    assert meta["test_scores"]["test_bleu"] == 7.5 and meta["test_scores"]["dictionary_baseline_bleu"] == 2.0
+    assert read_config(ckpt)["model_config"].d_model > 0  # still a valid checkpoint config
