@@ -98,8 +98,8 @@ if batch is not None:
 
 # -- 2. one head, stage by stage -------------------------------------------------------------------------------
 st.header("2 · One masked decoder head, stage by stage")
-ui.warn_bad_param("layer", lambda r: r.isdigit() and int(r) < cfg.n_layers, f"layer must be 0..{cfg.n_layers - 1}")
-ui.warn_bad_param("head", lambda r: r.isdigit() and int(r) < cfg.n_heads, f"head must be 0..{cfg.n_heads - 1}")
+ui.warn_bad_param("layer", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_layers, f"layer must be 1..{cfg.n_layers}")
+ui.warn_bad_param("head", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_heads, f"head must be 1..{cfg.n_heads}")
 ui.warn_bad_param("nomask", lambda r: r.lower() in ("true", "false"), "nomask must be true or false")
 default_text = DEFAULT_SENTENCE.get(ctx.src_lang, DEFAULT_SENTENCE["en"])
 c1, c2 = st.columns([3, 2])
@@ -107,8 +107,9 @@ text = c1.text_input(f"Source sentence ({ctx.src_lang})", value=default_text, ke
 reference = c2.text_input(f"Decoder input ({ctx.tgt_lang}); empty = the model's own translation", value="", key="ref",
                           bind="query-params", max_chars=400)
 c3, c4, c5 = st.columns(3)
-layer = c3.selectbox("Decoder layer", list(range(cfg.n_layers)), key="layer", bind="query-params")
-head = c4.selectbox("Head", list(range(cfg.n_heads)), key="head", bind="query-params")
+layer = c3.selectbox("Decoder layer", list(range(1, cfg.n_layers + 1)), key="layer", bind="query-params")
+head = c4.selectbox("Head", list(range(1, cfg.n_heads + 1)), key="head", bind="query-params")
+li, hi = int(layer) - 1, int(head) - 1  # layers and heads are numbered from 1 in the app, as in the explorer
 no_mask = c5.toggle("Remove the look-ahead mask", key="nomask", bind="query-params",
                     help="Run the same decoder with a full (non-causal) self-attention mask: what leaks from the future?")
 if not text or not text.strip():
@@ -121,7 +122,7 @@ except ValueError as exc:
     st.stop()
 st.markdown(f"Teacher-forced pass: the decoder is fed **{pair['mode']}**, "
             f"`{' '.join(pair['dec_in_pieces'])}`, and predicts `{' '.join(pair['target_pieces'])}`.")
-steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), int(layer), int(head), tuple(pair["dec_in_pieces"]), tr.model)
+steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), li, hi, tuple(pair["dec_in_pieces"]), tr.model)
 lab = labs.token_labels(pair["dec_in_pieces"])
 lim = float(np.abs(steps.raw).max()) or 1.0
 s1, s2 = st.columns(2)
@@ -145,7 +146,7 @@ ui.download_buttons(
     lambda: pd.DataFrame([{"query": lab[i], "key": lab[j], "raw": steps.raw[i, j], "scaled": steps.scaled[i, j],
                            "masked": steps.masked[i, j], "weight": steps.weights[i, j], "may_attend": bool(steps.mask[i, j])}
                           for i in range(len(lab)) for j in range(len(lab))]),
-    lambda: json.dumps({"layer": int(layer), "head": int(head), "d_k": steps.d_k, "tokens": lab, "raw": steps.raw.tolist(),
+    lambda: json.dumps({"layer": int(layer), "head": int(head), "numbering": "from 1, as in the app", "d_k": steps.d_k, "tokens": lab, "raw": steps.raw.tolist(),
                         "scaled": steps.scaled.tolist(), "masked": [[None if np.isneginf(v) else v for v in r] for r in steps.masked.tolist()],
                         "weights": steps.weights.tolist()}),
     f"decoder_L{layer}H{head}_stages")
@@ -168,7 +169,7 @@ else:
                    key="future_mass", filename="future_mass")
     u1, u2 = st.columns(2)
     with u1:
-        ui.show_figure(labs.stage_heatmap(leak.weights_unmasked[int(layer), int(head)], lab,
+        ui.show_figure(labs.stage_heatmap(leak.weights_unmasked[li, hi], lab,
                                           title=f"weights without the mask (layer {layer}, head {head})",
                                           colorscale=ctx.colorscale, presenter=ctx.presenter, zmin=0, zmax=1),
                        key="unmasked_weights", filename=f"dec_L{layer}H{head}_unmasked")

@@ -132,16 +132,16 @@ def test_masking_page_stages_follow_layer_and_head(checkpoints):
     dec_in = [tr.cfg.bos_id] + hyp.tgt_ids[:-1]
     w00 = chart(at, "weights")["data"][0]["z"]
     assert np.allclose(w00, lessons.decoder_mask_steps(tr.model, src, dec_in, 0, 0).weights, atol=1e-6)
-    at.selectbox(key="layer").set_value(1).run()
-    at.selectbox(key="head").set_value(3).run()
+    at.selectbox(key="layer").set_value(2).run()  # numbered from 1 in the app: index 1
+    at.selectbox(key="head").set_value(4).run()
     w13 = chart(at, "weights")["data"][0]["z"]
     assert np.allclose(w13, lessons.decoder_mask_steps(tr.model, src, dec_in, 1, 3).weights, atol=1e-6)
     assert not np.allclose(w00, w13)
 
 
 def test_masking_page_remove_mask_shows_leak(checkpoints):
-    at = open_page(MASK, layer="1", head="2", nomask="true", text="good morning", ref="guten Morgen")
-    assert at.selectbox(key="layer").value == 1 and at.selectbox(key="head").value == 2
+    at = open_page(MASK, layer="2", head="3", nomask="true", text="good morning", ref="guten Morgen")
+    assert at.selectbox(key="layer").value == 2 and at.selectbox(key="head").value == 3
     assert {"future_mass", "unmasked_weights", "p_next"} <= keys(at)
     tr = Translator.load(checkpoints / "en-de", device="cpu")
     src, _, _ = tr.encode_source("good morning")

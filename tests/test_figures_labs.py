@@ -52,7 +52,7 @@ def test_stage_heatmap_marks_minus_infinity():
     mask = lessons.causal_mask_np(4)
     z = np.where(mask, np.arange(16.0).reshape(4, 4), -np.inf)
     labels = labs.token_labels(["<s>", "a", "a", "b"])
-    assert labels == ["0:<s>", "1:a", "2:a", "3:b"]  # unique although pieces repeat
+    assert labels == ["0:&lt;s&gt;", "1:a", "2:a", "3:b"]  # unique although pieces repeat; HTML-escaped for plotly
     fig = labs.stage_heatmap(z, labels, title="masked")
     hz = np.asarray(fig.data[0].z, dtype=float)
     assert np.all(np.isnan(hz[~mask])) and np.array_equal(hz[mask], z[mask])
@@ -84,7 +84,7 @@ def test_mask_and_padding_figures():
     km = np.array([[True, True, False], [True, True, True]])
     fig = labs.padding_figure([["x", "y", "<pad>"], ["x", "y", "z"]], km)
     assert np.array_equal(np.asarray(fig.data[0].z), km.astype(float))
-    assert list(fig.data[0].text[0]) == ["x", "y", "<pad>"]
+    assert list(fig.data[0].text[0]) == ["x", "y", "&lt;pad&gt;"]  # escaped: plotly reads text as HTML
 
 
 def test_dot_histogram_overlays_the_theoretical_normal():

@@ -14,6 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .attention import plotly_safe
+
 #: Okabe-Ito palette: distinguishable with the common colour-vision deficiencies.
 SAFE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 #: most cells a heatmap draws (bigger tables are shown with a stride and say so in the title).
@@ -36,8 +38,8 @@ def _style(fig: go.Figure, presenter: bool, title: str | None = None, height: in
 
 
 def token_labels(tokens: Sequence[str]) -> list[str]:
-    """Unique axis labels ``i:piece``."""
-    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+    """Unique axis labels ``i:piece``, HTML-escaped for plotly (``</s>`` would otherwise vanish)."""
+    return [plotly_safe(f"{i}:{t}") for i, t in enumerate(tokens)]
 
 
 def _stride(n_rows: int, n_cols: int, max_cells: int = MAX_CELLS) -> int:
@@ -190,7 +192,7 @@ def padding_figure(pieces: Sequence[Sequence[str]], key_mask: np.ndarray, *, pre
     b, t = km.shape
     rows = [f"sentence {i}" for i in range(b)]
     fig = go.Figure(go.Heatmap(
-        z=km, x=[str(j) for j in range(t)], y=rows, text=[list(p) for p in pieces], texttemplate="%{text}",
+        z=km, x=[str(j) for j in range(t)], y=rows, text=[[plotly_safe(x) for x in p] for p in pieces], texttemplate="%{text}",
         zmin=0, zmax=1, colorscale=[[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, "#56B4E9"], [1, "#56B4E9"]],
         colorbar=dict(tickvals=[0.25, 0.75], ticktext=["pad (masked)", "token"]), xgap=2, ygap=2,
         hovertemplate="%{y}, position %{x}: %{text}<extra></extra>"))
