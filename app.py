@@ -1,4 +1,5 @@
-"""Overview page: the Transformer in one screen, the architecture (Figure 1), the loaded model's card.
+"""Overview page: the Transformer in one screen, the architecture (Figure 1), the model card (read from the
+checkpoint's ``config.json`` / ``MODEL_CARD.md``: the model is not loaded and torch not imported here).
 
 Run with ``streamlit run app.py``. Pages live in ``pages/`` (legacy auto-discovery); the sidebar is drawn by
 :func:`aiayn.ui.setup_page`.
@@ -42,23 +43,24 @@ def _bleu_entries(meta: dict) -> list[tuple[str, float]]:
 
 
 def model_card_brief(ctx: ui.PageContext) -> None:
-    tr = ctx.translator_or_none()
-    if tr is None:
-        try:
-            ui.load_translator(ctx.direction)
-        except ui.ModelUnavailable as exc:
-            st.error(f"**No {ui.DIRECTION_LABELS[ctx.direction]} model could be loaded.** {exc}\n\n"
-                     f"Expected a checkpoint directory at `{ctx.checkpoint}`. The pages that need a model "
-                     "will say so; the others still work.", icon="🚫")
+    """The model card, read from the checkpoint's ``config.json`` and ``MODEL_CARD.md``: the model itself
+    is not loaded and torch is not imported, so this page renders in a fraction of a second."""
+    try:
+        info = ui.checkpoint_info(ctx.direction)
+    except ui.ModelUnavailable as exc:
+        st.error(f"**No {ui.DIRECTION_LABELS[ctx.direction]} model could be loaded.** {exc}\n\n"
+                 f"Expected a checkpoint directory at `{ctx.checkpoint}`. The pages that need a model "
+                 "will say so; the others still work.", icon="🚫")
         return
-    cfg, meta = tr.cfg, tr.meta
-    n_params = meta.get("num_parameters") or sum(p.numel() for p in tr.model.parameters())
+    cfg, meta = info.cfg, info.meta
+    n_params = meta.get("num_parameters")
     cols = st.columns(6)
     cols[0].metric("d_model", cfg.d_model)
     cols[1].metric("N (layers)", cfg.n_layers)
     cols[2].metric("h (heads)", cfg.n_heads, help=f"d_k = d_v = d_model / h = {cfg.d_model // cfg.n_heads}")
     cols[3].metric("d_ff", cfg.d_ff)
-    cols[4].metric("Parameters", f"{n_params / 1e6:.1f} M" if n_params >= 1e5 else f"{n_params:,}")
+    cols[4].metric("Parameters", "n/a" if not isinstance(n_params, int) else
+                   f"{n_params / 1e6:.1f} M" if n_params >= 1e5 else f"{n_params:,}")
     cols[5].metric("Vocabulary", f"{cfg.vocab_size:,}", help="joint SentencePiece BPE pieces, shared embeddings")
     facts = [f"**Direction:** {ui.DIRECTION_LABELS[ctx.direction]}",
              f"**P_drop:** {cfg.dropout}", f"**Max length:** {cfg.max_len} pieces",
@@ -81,7 +83,7 @@ def model_card_brief(ctx: ui.PageContext) -> None:
         st.markdown("**BLEU** (sacreBLEU, detokenised): " + ", ".join(f"{k} = {v:.1f}" for k, v in bleus))
     else:
         st.caption("No test BLEU recorded in this checkpoint's metadata (see MODEL_CARD.md when present).")
-    card = ui.model_card(tr.path) if tr.path else None
+    card = ui.model_card(info.path)
     if card:
         with st.expander("Full model card (MODEL_CARD.md)"):
             st.markdown(card)
@@ -118,8 +120,11 @@ inside **every head of every layer**, for any sentence you type. Everything runs
                      width="stretch")
         else:
             st.info("Architecture figure missing (assets/architecture.svg).")
-    st.subheader(f"The loaded model ({ui.DIRECTION_LABELS[ctx.direction]})")
+    st.subheader(f"The model ({ui.DIRECTION_LABELS[ctx.direction]})")
     model_card_brief(ctx)
+    # The page is drawn: import torch and the model code in the background, so that the next page that
+    # needs the model (loaded once per process, st.cache_resource) does not wait for it.
+    ui.warm_imports()
 
 
 main()

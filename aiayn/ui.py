@@ -10,6 +10,8 @@ CONTRACT used by every page (owned by the app-frame work; pages must only call t
     ctx.colorscale           # plotly colour scale name to use for heatmaps
     ui.show_figure(fig, key=..., filename=...)   # st.plotly_chart with PNG/SVG export config
     ui.download_buttons(df, payload_json, stem)  # CSV + JSON download buttons
+    ui.checkpoint_info(direction)                # config + metadata from config.json, no model, no torch
+    ui.warm_imports()                            # import torch in the background (a page not needing it)
 
 Page files (fixed names; the sidebar lists them in this order): see PAGES.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -72,9 +75,8 @@ def checkpoints_dir() -> Path:
     env = os.environ.get("AIAYN_CHECKPOINTS")
     if env:
         return Path(env)
-    from .translator import CHECKPOINTS_DIR
-
-    return Path(CHECKPOINTS_DIR)
+    # Same default as aiayn.translator.CHECKPOINTS_DIR, without importing torch (the first page must not).
+    return Path(__file__).resolve().parent.parent / "checkpoints"
 
 
 def checkpoint_path(direction: str) -> Path:
@@ -117,6 +119,97 @@ def load_translator(direction: str):
         return _load_translator(str(path), _stamp(path))
     except (FileNotFoundError, ValueError, OSError, RuntimeError, KeyError) as exc:
         raise ModelUnavailable(str(exc)) from None
+
+
+#: files a checkpoint directory must hold (see aiayn.checkpoint); the format tag of its config.json
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "spm.model")
+_CHECKPOINT_FORMAT = "aiayn-checkpoint"  # aiayn.checkpoint.FORMAT (that module imports torch)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint directory says about itself, read from ``config.json`` without loading the model
+    (and without importing torch): for the Overview's model card.
+
+    Attributes:
+        path: the checkpoint directory.
+        cfg: the :class:`~aiayn.config.TransformerConfig` of ``config.json["model"]``.
+        meta: ``config.json["meta"]`` plus ``num_parameters`` and ``dtype`` from the top level (as
+            :meth:`aiayn.translator.Translator.load` fills ``Translator.meta``).
+    """
+
+    path: Path
+    cfg: Any
+    meta: dict[str, Any]
+
+
+def checkpoint_info(direction: str) -> CheckpointInfo:
+    """Read the checkpoint of ``direction`` from its ``config.json`` only (milliseconds; no torch).
+
+    Checks what can be checked without loading the weights: the directory and its three files exist,
+    ``config.json`` is an aiayn checkpoint config with a valid model config. A truncated weights file is
+    only found when a page loads the model (:func:`load_translator`).
+
+    Raises:
+        ModelUnavailable: missing directory or file, invalid ``config.json`` (the message names the file).
+    """
+    from .config import TransformerConfig  # plain dataclass, no torch
+
+    path = checkpoint_path(direction)
+    if not path.is_dir():
+        raise ModelUnavailable(f"no checkpoint directory at {path}")
+    cfg_file = path / "config.json"
+    try:
+        config = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelUnavailable(f"checkpoint file missing: {cfg_file}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelUnavailable(f"{cfg_file} is not valid JSON ({exc}); the checkpoint is truncated or corrupt") from None
+    if not isinstance(config, dict) or config.get("format") != _CHECKPOINT_FORMAT:
+        raise ModelUnavailable(f"{cfg_file} is not an aiayn checkpoint config (expected \"format\": \"{_CHECKPOINT_FORMAT}\")")
+    try:
+        cfg = TransformerConfig.from_dict(config["model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelUnavailable(f"{cfg_file}: invalid model config: {exc}") from None
+    for name in CHECKPOINT_FILES[1:]:
+        if not (path / name).is_file():
+            raise ModelUnavailable(f"checkpoint file missing: {path / name}")
+    meta = dict(config.get("meta") or {})
+    meta.setdefault("num_parameters", config.get("num_parameters"))
+    meta.setdefault("dtype", config.get("dtype"))
+    return CheckpointInfo(path=path, cfg=cfg, meta=meta)
+
+
+_WARM_LOCK = threading.Lock()
+_WARM_STARTED = False
+
+
+def warm_imports(delay_s: float = 0.5) -> bool:
+    """Import torch and the model code in a background thread, once per process, so that the first page
+    needing the model does not wait for ``import torch`` (seconds). Only imports: no Streamlit call, no
+    file read, no model load. Call it at the end of a page that does not need the model.
+
+    Returns:
+        True when this call started the thread (False: already started).
+    """
+    global _WARM_STARTED
+    with _WARM_LOCK:
+        if _WARM_STARTED:
+            return False
+        _WARM_STARTED = True
+
+    def _import() -> None:
+        try:
+            import importlib
+
+            importlib.import_module("aiayn.translator")
+        except Exception:  # noqa: BLE001 - a broken install shows up (with a message) on the model pages
+            pass
+
+    timer = threading.Timer(delay_s, _import)
+    timer.name, timer.daemon = "aiayn-warm-imports", True
+    timer.start()
+    return True
 
 
 def model_card(path: str | Path) -> str | None:
@@ -379,7 +472,23 @@ def apply_presenter_fonts(fig, size: int = PRESENTER_FONT_SIZE) -> None:
         fig.layout.coloraxis.colorbar.tickfont.size = size - 2
 
 
-def show_figure(fig, *, key: str, filename: str = "figure", height: int | None = None) -> None:
+def prepare_figure(fig, *, presenter: bool | None = None, height: int | None = None):
+    """Apply presenter mode (large type, at least 480 px tall) and ``height`` to ``fig`` in place; returns it.
+
+    ``presenter`` defaults to the session's presenter mode. :func:`show_figure` calls it unless told the
+    figure is already prepared (a figure cached across reruns, prepared once before caching).
+    """
+    presenter = bool(st.session_state.get("presenter")) if presenter is None else presenter
+    if presenter:
+        apply_presenter_fonts(fig)
+        if height is None and (fig.layout.height or 0) < 480:
+            height = 480
+    if height is not None:
+        fig.update_layout(height=height)
+    return fig
+
+
+def show_figure(fig, *, key: str, filename: str = "figure", height: int | None = None, prepared: bool = False) -> None:
     """Show a plotly figure full width with the export config; in presenter mode with large type.
 
     Args:
@@ -387,13 +496,11 @@ def show_figure(fig, *, key: str, filename: str = "figure", height: int | None =
         key: unique Streamlit element key.
         filename: stem of the downloaded image (no extension).
         height: optional height in pixels.
+        prepared: ``fig`` went through :func:`prepare_figure` already and must not be changed (e.g. a
+            figure shared through ``st.cache_resource``); ``height`` is then ignored.
     """
-    if st.session_state.get("presenter"):
-        apply_presenter_fonts(fig)
-        if height is None and (fig.layout.height or 0) < 480:
-            height = 480
-    if height is not None:
-        fig.update_layout(height=height)
+    if not prepared:
+        prepare_figure(fig, height=height)
     st.plotly_chart(fig, width="stretch", config=plotly_config(filename), key=key, theme="streamlit")
 
 
