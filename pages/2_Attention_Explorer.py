@@ -139,121 +139,167 @@ label = "Model output" if b["mode"] == "free-running" else "Teacher-forced refer
 st.markdown(f"**{label}:** {b['text'] or '∅'}  \n<small>source pieces: {len(b['src_tokens'])} · "
             f"decoder positions: {len(b['out_tokens'])} · {b['elapsed_ms']:.0f} ms</small>", unsafe_allow_html=True)
 
-# -- view controls (all in the URL) ------------------------------------------------------------------------------
-layer_opts = [str(i) for i in range(1, L + 1)]
-head_opts = ["mean"] + [str(i) for i in range(1, H + 1)]
-ui.warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
-ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
-ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
-for flag in ("words", "nospecial", "values"):
-    ui.warn_bad_param(flag, ("true", "false", "True", "False", "1", "0"), f"{flag} must be true or false")
-c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-kind = c1.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
-                            help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
-                                 "cross = encoder-decoder attention (Section 3.2.3)")
-layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-head = st.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
-kind = kind if kind in KINDS else "cross"
-layer = layer if layer in layer_opts else layer_opts[-1]
-head = head if head in head_opts else "mean"
-t1, t2, t3 = st.columns(3)
-words = t1.toggle("Merge into words", key="words", bind="query-params",
-                  help="Attention to a word = sum over its pieces; from a word = mean over its pieces.")
-hide = t2.toggle("Hide <s> and </s>", key="nospecial", bind="query-params",
-                 help="Leave out the special tokens (rows are not renormalised).")
-values = t3.toggle("Write weights in cells", key="values", bind="query-params")
+# -- the view: a fragment, so a change of kind / layer / head / tab options reruns only this part ----------------
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _model_view_figure(stack: np.ndarray, q_lab: list[str], k_lab: list[str], colorscale: str, template: str,
+                       title: str, presenter: bool):
+    """The L x H grid (it does not depend on the head picked): built once per (maps, labels, look), shared
+    read-only (``ui.show_figure(..., prepared=True)``)."""
+    return ui.prepare_figure(model_view(stack, q_labels=q_lab, k_labels=k_lab, colorscale=colorscale,
+                                        template=template, title=title), presenter=presenter)
 
-st.caption(f"{KIND_NAMES[kind]}: {KIND_TITLES[kind]}. Rows are queries, columns keys; each row sums to 1. "
-           + ("Decoder rows are labelled *fed → predicted*: the piece fed at that position (BOS-shifted) and the "
-              "piece the model predicted there." if kind != "encoder" else ""))
 
-stack, q_lab, k_lab = view_stack(b, kind, words=words, hide_special=hide)
-what = "mean over heads" if head == "mean" else f"head {head}"
-stem = f"{kind}_{ctx.direction}_L{layer}_{'mean' if head == 'mean' else 'H' + head}"
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _stats_figure(stats, metric: str, colorscale: str, template: str, presenter: bool):
+    """The head-statistics map (does not depend on the head picked), cached like :func:`_model_view_figure`."""
+    return ui.prepare_figure(head_stats_figure(stats, metric, colorscale=colorscale, template=template),
+                             presenter=presenter)
 
-tab_head, tab_all, tab_step, tab_stats = st.tabs(["🔎 One head", "🧩 All heads", "⏯ Step by step", "📊 Head statistics"])
 
-with tab_head:
-    w = stack[int(layer) - 1]
-    w = w.mean(axis=0) if head == "mean" else w[int(head) - 1]
-    yt, xt = AXIS_TITLES[kind]
-    fig = attention_heatmap(w, q_lab, k_lab, title=f"{KIND_TITLES[kind].capitalize()}, layer {layer}, {what}",
-                            colorscale=ctx.colorscale, x_title=xt, y_title=yt, show_values=values,
-                            zmax=1.0 if values else None, template=ctx.template)
-    ui.show_figure(fig, key="head_view", filename=stem)
+TABS = ("🔎 One head", "🧩 All heads", "⏯ Step by step", "📊 Head statistics")
 
-with tab_all:
-    st.caption(f"All {L} × {H} heads of the {KIND_TITLES[kind]}, one shared colour scale. Hover for values; "
-               "pick a layer and head above to zoom in.")
-    mv = model_view(stack, q_labels=q_lab, k_labels=k_lab, colorscale=ctx.colorscale, template=ctx.template,
-                    title=f"{KIND_TITLES[kind].capitalize()}: all heads")
-    ui.show_figure(mv, key="model_view", filename=f"{kind}_{ctx.direction}_all_heads")
 
-with tab_step:
-    T = len(b["out_tokens"])
-    step_opts = list(range(1, T + 1))
-    ui.warn_bad_param("step", [str(s) for s in step_opts], f"the step must be 1 to {T}")
-    if T > 1:
-        step = st.slider("Decoding step", 1, T, key="step", bind="query-params",
-                         help="At step t the decoder has been fed t pieces and predicts the next one.")
-    else:
-        step = 1
-    step = int(step) if step in step_opts else 1
-    t = step - 1
-    fed, out = b["dec_in"], b["out_tokens"]
-    st.markdown(f"**Step {step} of {T}.** Fed so far: " + " ".join(f"`{p}`" for p in fed[: t + 1])
-                + f" → predicts **`{out[t]}`**")
-    l_idx = int(layer) - 1
-    dec = b["decoder"][l_idx]
-    crs = b["cross"][l_idx]
-    dec_w = dec.mean(axis=0) if head == "mean" else dec[int(head) - 1]
-    crs_w = crs.mean(axis=0) if head == "mean" else crs[int(head) - 1]
-    dq = [f"{i}:{fed[i]}→{out[i]}" for i in range(t + 1)]
-    s1, s2 = st.columns([1, 1], gap="medium")
-    with s1:
-        fig = attention_heatmap(dec_w[: t + 1, : t + 1], dq, [f"{j}:{fed[j]}" for j in range(t + 1)],
-                                title=f"Decoder self-attention, rows 0..{t} (layer {layer}, {what})",
-                                colorscale=ctx.colorscale, x_title=AXIS_TITLES["decoder"][1],
-                                y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=ctx.template,
-                                height=int(min(620, 260 + 28 * (t + 1))))
-        ui.show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{stem}")
-    with s2:
-        fig = attention_heatmap(crs_w[t : t + 1], dq[t:], [f"{j}:{p}" for j, p in enumerate(b["src_tokens"])],
-                                title=f"Cross-attention of step {step} over the source", colorscale=ctx.colorscale,
-                                x_title=AXIS_TITLES["cross"][1], y_title="query", zmax=1.0, template=ctx.template,
-                                height=300)
-        ui.show_figure(fig, key="step_cross", filename=f"step{step}_cross_{stem}")
-        if b["topk_pieces"] is not None:
-            pieces, probs = b["topk_pieces"][t], b["topk_probs"][t]
-            fig = topk_bar(pieces, probs, chosen=out[t], template=ctx.template,
-                           title=f"Top {len(pieces)} next pieces at step {step} (next: {out[t]}, "
-                                 f"p = {float(b['chosen_prob'][t]):.3f})")
-            ui.show_figure(fig, key="step_topk", filename=f"step{step}_topk_{ctx.direction}")
-        else:
-            st.info(f"Next-piece probabilities are not available for this output: {b['probs_note']}.")
+def _track_tab() -> None:
+    st.session_state.tab_tracked = True
 
-with tab_stats:
-    qp, kp = kind_labels(b, kind)
-    stats = head_stats(b[kind], qp, kp, kind=kind)
-    st.caption("One row per head of the " + KIND_TITLES[kind] + " for this sentence. Click a column header "
-               "to sort: low entropy / high confidence = focused heads; high previous/next = positional heads; "
-               "high bos/eos = sink heads." + (" Self/previous/next are not defined for cross-attention."
-                                               if kind == "cross" else ""))
-    num = {c: st.column_config.NumberColumn(c, help=STAT_HELP[c], format="%.3f") for c in STAT_HELP}
-    st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table",
-                 height=min(36 * (len(stats) + 1) + 4, 900))
-    metric = st.selectbox("Map a statistic over layers × heads", list(STAT_HELP), key="stat_metric")
-    if stats[metric].notna().any():
-        ui.show_figure(head_stats_figure(stats, metric, colorscale=ctx.colorscale, template=ctx.template),
-                       key="stats_grid", filename=f"{kind}_{ctx.direction}_{metric}")
-    else:
-        st.info(f"'{metric}' is not defined for {KIND_TITLES[kind]}.")
-    st.download_button("⬇ Head statistics (CSV)", lambda: stats.to_csv(index=False),
-                       file_name=f"head_stats_{kind}_{ctx.direction}.csv", mime="text/csv", on_click="ignore",
-                       key="stats_csv")
 
-st.markdown("##### Download the maps")
-st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
-           "columns count from 0).")
-ui.download_buttons(lambda: bundle_maps(b).to_dataframe(kinds=[kind]), lambda: bundle_maps(b).to_json(),
-                    f"attention_{kind}_{ctx.direction}", key="ex-dl")
+@st.fragment
+def view(b: dict) -> None:
+    """Controls (kind, layer, head, words, specials, values; all in the URL), the four tabs and the
+    downloads for one sentence bundle ``b`` (:func:`aiayn.ui.sentence_bundle`)."""
+    # Widgets of a tab that is not drawn in a run would lose their value (Streamlit drops the state of
+    # widgets not seen in a run): re-store it, so the step and the mapped statistic survive a tab change.
+    for key in ("step", "stat_metric"):
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+    layer_opts = [str(i) for i in range(1, L + 1)]
+    head_opts = ["mean"] + [str(i) for i in range(1, H + 1)]
+    ui.warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
+    ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
+    ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
+    for flag in ("words", "nospecial", "values"):
+        ui.warn_bad_param(flag, ("true", "false", "True", "False", "1", "0"), f"{flag} must be true or false")
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    kind = c1.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
+                                help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
+                                     "cross = encoder-decoder attention (Section 3.2.3)")
+    layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
+    head = st.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
+    kind = kind if kind in KINDS else "cross"
+    layer = layer if layer in layer_opts else layer_opts[-1]
+    head = head if head in head_opts else "mean"
+    t1, t2, t3 = st.columns(3)
+    words = t1.toggle("Merge into words", key="words", bind="query-params",
+                      help="Attention to a word = sum over its pieces; from a word = mean over its pieces.")
+    hide = t2.toggle("Hide <s> and </s>", key="nospecial", bind="query-params",
+                     help="Leave out the special tokens (rows are not renormalised).")
+    values = t3.toggle("Write weights in cells", key="values", bind="query-params")
+
+    st.caption(f"{KIND_NAMES[kind]}: {KIND_TITLES[kind]}. Rows are queries, columns keys; each row sums to 1. "
+               + ("Decoder rows are labelled *fed → predicted*: the piece fed at that position (BOS-shifted) and the "
+                  "piece the model predicted there." if kind != "encoder" else ""))
+
+    stack, q_lab, k_lab = view_stack(b, kind, words=words, hide_special=hide)
+    what = "mean over heads" if head == "mean" else f"head {head}"
+    stem = f"{kind}_{ctx.direction}_L{layer}_{'mean' if head == 'mean' else 'H' + head}"
+
+    # All four tabs are drawn on a page's first run, so browsing them is instant. Once a tab has been
+    # clicked, the open tab is tracked and only it is drawn: a change of head, layer or option then
+    # re-renders one tab, not four (the others are drawn when opened: a rerun of this fragment).
+    tab_head, tab_all, tab_step, tab_stats = st.tabs(list(TABS), key="tab", on_change=_track_tab)
+    only_open = bool(st.session_state.get("tab_tracked"))
+
+    def _render(tab) -> bool:
+        return not only_open or bool(tab.open)
+
+    with tab_head:
+        if _render(tab_head):
+            w = stack[int(layer) - 1]
+            w = w.mean(axis=0) if head == "mean" else w[int(head) - 1]
+            yt, xt = AXIS_TITLES[kind]
+            fig = attention_heatmap(w, q_lab, k_lab, title=f"{KIND_TITLES[kind].capitalize()}, layer {layer}, {what}",
+                                    colorscale=ctx.colorscale, x_title=xt, y_title=yt, show_values=values,
+                                    zmax=1.0 if values else None, template=ctx.template)
+            ui.show_figure(fig, key="head_view", filename=stem)
+
+    with tab_all:
+        if _render(tab_all):
+            st.caption(f"All {L} × {H} heads of the {KIND_TITLES[kind]}, one shared colour scale. Hover for values; "
+                       "pick a layer and head above to zoom in.")
+            mv = _model_view_figure(stack, q_lab, k_lab, ctx.colorscale, ctx.template,
+                                    f"{KIND_TITLES[kind].capitalize()}: all heads", ctx.presenter)
+            ui.show_figure(mv, key="model_view", filename=f"{kind}_{ctx.direction}_all_heads", prepared=True)
+
+    with tab_step:
+        if _render(tab_step):
+            T = len(b["out_tokens"])
+            step_opts = list(range(1, T + 1))
+            ui.warn_bad_param("step", [str(s) for s in step_opts], f"the step must be 1 to {T}")
+            if T > 1:
+                step = st.slider("Decoding step", 1, T, key="step", bind="query-params",
+                                 help="At step t the decoder has been fed t pieces and predicts the next one.")
+            else:
+                step = 1
+            step = int(step) if step in step_opts else 1
+            t = step - 1
+            fed, out = b["dec_in"], b["out_tokens"]
+            st.markdown(f"**Step {step} of {T}.** Fed so far: " + " ".join(f"`{p}`" for p in fed[: t + 1])
+                        + f" → predicts **`{out[t]}`**")
+            l_idx = int(layer) - 1
+            dec = b["decoder"][l_idx]
+            crs = b["cross"][l_idx]
+            dec_w = dec.mean(axis=0) if head == "mean" else dec[int(head) - 1]
+            crs_w = crs.mean(axis=0) if head == "mean" else crs[int(head) - 1]
+            dq = [f"{i}:{fed[i]}→{out[i]}" for i in range(t + 1)]
+            s1, s2 = st.columns([1, 1], gap="medium")
+            with s1:
+                fig = attention_heatmap(dec_w[: t + 1, : t + 1], dq, [f"{j}:{fed[j]}" for j in range(t + 1)],
+                                        title=f"Decoder self-attention, rows 0..{t} (layer {layer}, {what})",
+                                        colorscale=ctx.colorscale, x_title=AXIS_TITLES["decoder"][1],
+                                        y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=ctx.template,
+                                        height=int(min(620, 260 + 28 * (t + 1))))
+                ui.show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{stem}")
+            with s2:
+                fig = attention_heatmap(crs_w[t : t + 1], dq[t:], [f"{j}:{p}" for j, p in enumerate(b["src_tokens"])],
+                                        title=f"Cross-attention of step {step} over the source", colorscale=ctx.colorscale,
+                                        x_title=AXIS_TITLES["cross"][1], y_title="query", zmax=1.0, template=ctx.template,
+                                        height=300)
+                ui.show_figure(fig, key="step_cross", filename=f"step{step}_cross_{stem}")
+                if b["topk_pieces"] is not None:
+                    pieces, probs = b["topk_pieces"][t], b["topk_probs"][t]
+                    fig = topk_bar(pieces, probs, chosen=out[t], template=ctx.template,
+                                   title=f"Top {len(pieces)} next pieces at step {step} (next: {out[t]}, "
+                                         f"p = {float(b['chosen_prob'][t]):.3f})")
+                    ui.show_figure(fig, key="step_topk", filename=f"step{step}_topk_{ctx.direction}")
+                else:
+                    st.info(f"Next-piece probabilities are not available for this output: {b['probs_note']}.")
+
+    with tab_stats:
+        if _render(tab_stats):
+            qp, kp = kind_labels(b, kind)
+            stats = head_stats(b[kind], qp, kp, kind=kind)
+            st.caption("One row per head of the " + KIND_TITLES[kind] + " for this sentence. Click a column header "
+                       "to sort: low entropy / high confidence = focused heads; high previous/next = positional heads; "
+                       "high bos/eos = sink heads." + (" Self/previous/next are not defined for cross-attention."
+                                                       if kind == "cross" else ""))
+            num = {c: st.column_config.NumberColumn(c, help=STAT_HELP[c], format="%.3f") for c in STAT_HELP}
+            st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table",
+                         height=min(36 * (len(stats) + 1) + 4, 900))
+            metric = st.selectbox("Map a statistic over layers × heads", list(STAT_HELP), key="stat_metric")
+            if stats[metric].notna().any():
+                ui.show_figure(_stats_figure(stats, metric, ctx.colorscale, ctx.template, ctx.presenter),
+                               key="stats_grid", filename=f"{kind}_{ctx.direction}_{metric}", prepared=True)
+            else:
+                st.info(f"'{metric}' is not defined for {KIND_TITLES[kind]}.")
+            st.download_button("⬇ Head statistics (CSV)", lambda: stats.to_csv(index=False),
+                               file_name=f"head_stats_{kind}_{ctx.direction}.csv", mime="text/csv", on_click="ignore",
+                               key="stats_csv")
+
+    st.markdown("##### Download the maps")
+    st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
+               "columns count from 0).")
+    ui.download_buttons(lambda: bundle_maps(b).to_dataframe(kinds=[kind]), lambda: bundle_maps(b).to_json(),
+                        f"attention_{kind}_{ctx.direction}", key="ex-dl")
+
+
+view(b)
