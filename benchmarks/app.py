@@ -4,10 +4,14 @@
   the browser (``[data-testid=stApp][data-test-script-state=notRunning]``, then two animation frames so
   that the page is painted). Chromium is started before the clock starts.
 * **head switch**: on ``pages/2_Attention_Explorer.py`` with its "All heads" tab (the model-view grid)
-  open, milliseconds from changing the widget labelled "Head" (segmented control, slider, number input,
+  open (after the rerun that opening the tab may trigger), milliseconds from changing the widget labelled "Head" (segmented control, slider, number input,
   select box or radio) to the end of the rerun it
   triggers (script state ``running`` then ``notRunning``, then two animation frames); median of several
-  switches, alternating between two heads.
+  switches, alternating between two heads. The end of the rerun is the server's ``script_finished``
+  message on the app's WebSocket (decoded with Streamlit's own ``ForwardMsg`` protobuf), then two animation
+  frames. (Watching the ``data-test-script-state`` attribute alone misses fast reruns: the frontend may
+  handle "running" and "finished" in one render, so the attribute never changes; it is the fallback when
+  the WebSocket cannot be watched.)
 
 Anything missing (``app.py``, the page, Chromium, Playwright, a widget labelled "Head", the checkpoint the
 app loads) gives ``n/a`` with the reason, never an error. The app reads its checkpoints from
@@ -32,6 +36,13 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/b
 EXPLORER_PAGE = "pages/2_Attention_Explorer.py"
 READY = "[data-testid=stApp][data-test-script-state=notRunning]"
 _PAINTED = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))"
+#: once the script state is "notRunning": two animation frames (painted); resolves to performance.now()
+_SETTLED = """() => new Promise(r => {
+  const el = document.querySelector('[data-testid=stApp]');
+  const f = () => (el.getAttribute('data-test-script-state') === 'notRunning')
+    ? requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))) : requestAnimationFrame(f);
+  f();
+})"""
 _OBSERVE = """() => {
   const el = document.querySelector('[data-testid=stApp]');
   window.__aiaynStates = [];
@@ -74,6 +85,30 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float) -> None:
             pass
         time.sleep(0.05)
     raise TimeoutError(f"streamlit not healthy after {timeout:.0f} s")
+
+
+def _is_script_finished(payload) -> bool:
+    """Whether a WebSocket frame from the server is a ``ForwardMsg`` of type ``script_finished``."""
+    if not isinstance(payload, (bytes, bytearray)):
+        return False
+    try:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        return ForwardMsg.FromString(bytes(payload)).WhichOneof("type") == "script_finished"
+    except Exception:  # noqa: BLE001 - not a ForwardMsg
+        return False
+
+
+def _rerun(page, ws, action, timeout_ms: float = 30000) -> None:
+    """Do ``action`` (a click) and return once the rerun it triggers has finished on the server and the
+    browser has handled it (see the module docstring)."""
+    if ws is not None:
+        with ws.expect_event("framereceived", predicate=_is_script_finished, timeout=timeout_ms):
+            action()
+    else:
+        page.evaluate(_OBSERVE)
+        action()
+        page.wait_for_function(_RERUN_DONE, timeout=timeout_ms)
 
 
 def _head_widget(page):
@@ -121,6 +156,8 @@ def measure_app(*, chromium: str, switches: int = 5, timeout: float = 120.0) -> 
         browser = pw.chromium.launch(executable_path=chromium, headless=True,
                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"])
         page = browser.new_page()
+        sockets: list = []
+        page.on("websocket", lambda ws: sockets.append(ws) if "_stcore/stream" in ws.url else None)
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
@@ -147,20 +184,26 @@ def measure_app(*, chromium: str, switches: int = 5, timeout: float = 120.0) -> 
                 why = f" (the page says: {alerts.first.inner_text().strip()[:160]!r})" if alerts.count() else ""
                 out["head_switch_na"] = "no widget labelled 'Head' on the explorer page" + why
                 return out
+            ws = next((w for w in reversed(sockets) if not w.is_closed()), None)
+            out["rerun_end"] = "script_finished message" if ws is not None else "script-state attribute"
             tab = page.get_by_role("tab", name=re.compile("all heads", re.I))
             if tab.count():  # the model-view grid of every layer x head
-                tab.first.click()
+                # A tab may draw its content on a rerun (tabs with on_change): wait for it to finish, or
+                # the first timed switch would overlap it.
+                try:
+                    _rerun(page, ws, tab.first.click, timeout_ms=3000)
+                except Exception:  # noqa: BLE001 - a client-side tab: no rerun
+                    pass
+                page.wait_for_selector(READY, timeout=timeout * 1000)
                 page.evaluate(_PAINTED)
                 out["tab"] = "All heads"
             kind, box = found
             out["head_widget"] = kind
             times = []
             for i in range(switches + 1):
-                page.evaluate(_OBSERVE)
                 start = page.evaluate("() => performance.now()")
-                _switch(page, kind, box, forward=(i % 2 == 0))
-                page.wait_for_function(_RERUN_DONE, timeout=30000)
-                end = page.evaluate(_PAINTED)
+                _rerun(page, ws, lambda: _switch(page, kind, box, forward=(i % 2 == 0)))
+                end = page.evaluate(_SETTLED)
                 if i > 0:  # the first switch warms caches
                     times.append(end - start)
             out["head_switch_ms"] = times
