@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from .checkpoint import SPM_FILE, load_checkpoint
-from .decoding import Hypothesis, beam_search, greedy_decode
+from .decoding import Hypothesis, beam_search
 from .maps import AttentionMaps
 from .model import Transformer
 from .tokenizer import Tokenizer

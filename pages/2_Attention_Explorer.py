@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 from aiayn import ui
-from aiayn.analysis import bundle_maps, check_text, head_stats, kind_labels, merge_words, view_stack
+from aiayn.analysis import bundle_maps, check_text, head_stats, kind_labels, view_stack
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap, head_stats_figure, model_view, topk_bar
 from aiayn.maps import KIND_TITLES
 

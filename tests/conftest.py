@@ -2,7 +2,6 @@
 fixture (tests never touch the full corpus or need the shipped checkpoints, except where they say so)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -64,3 +63,17 @@ def tiny_translator(tiny_checkpoints):
     from aiayn import Translator
 
     return Translator.load(tiny_checkpoints / "en-de", device="cpu")
+
+
+@pytest.fixture()
+def checkpoints(tiny_checkpoints, monkeypatch):
+    """Point the app at the tiny checkpoints (``AIAYN_CHECKPOINTS``) with Streamlit's caches cleared around
+    the test, so each AppTest starts from a cold process state."""
+    import streamlit as st
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield tiny_checkpoints
+    st.cache_data.clear()
+    st.cache_resource.clear()

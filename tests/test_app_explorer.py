@@ -7,23 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
 PAGE = "pages/2_Attention_Explorer.py"
 SENT = "I have no time."
-
-
-@pytest.fixture()
-def checkpoints(tiny_checkpoints, monkeypatch):
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield tiny_checkpoints
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 @pytest.fixture(scope="module")

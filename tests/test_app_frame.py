@@ -1,10 +1,8 @@
 """The app frame: Overview page, sidebar navigation, shared direction, URL state, missing checkpoints."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
@@ -12,16 +10,6 @@ from aiayn import ui
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
-
-
-@pytest.fixture()
-def checkpoints(tiny_checkpoints, monkeypatch):
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield tiny_checkpoints
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def _texts(at) -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from aiayn import Translator, lessons
@@ -21,16 +20,6 @@ REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
 PE, MASK, SDP, MODEL = ("pages/3_Positional_Encoding.py", "pages/4_Masking.py", "pages/5_Scaled_Dot_Product.py",
                         "pages/6_Model_and_Training.py")
-
-
-@pytest.fixture()
-def checkpoints(tiny_checkpoints, monkeypatch):
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield tiny_checkpoints
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def open_page(page: str, **params) -> AppTest:

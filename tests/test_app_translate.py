@@ -14,16 +14,6 @@ APP = str(REPO / "app.py")
 PAGE = "pages/1_Translate.py"
 
 
-@pytest.fixture()
-def checkpoints(tiny_checkpoints, monkeypatch):
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield tiny_checkpoints
-    st.cache_data.clear()
-    st.cache_resource.clear()
-
-
 def spec(at, i=0):
     return json.loads(at.get("plotly_chart")[i].proto.spec)
 

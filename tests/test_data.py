@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,6 @@ checked against teacher-forced forward passes, which share no code with the deco
 """
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
