@@ -56,7 +56,7 @@ def test_png_and_csv_downloads(server, page, tmp_path):
     page.goto(page_url(server, "pages/2_Attention_Explorer.py", "kind=encoder"))
     wait_ready(page)
     _no_exception(page)
-    chart = page.locator("[data-testid=stPlotlyChart]").first
+    chart = page.locator("[data-testid=stPlotlyChart]:visible").first  # charts in other tabs are hidden
     chart.hover()
     with page.expect_download() as dl:
         chart.locator(".modebar-btn[data-title='download plot as a png' i]").first.click()
