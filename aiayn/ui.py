@@ -289,6 +289,24 @@ def _raw_param(name: str) -> str | None:
 #: (``"en-de"``, ``"3"``, ``"mean"``) and no ``format_func``.
 
 
+def is_int(raw: str) -> bool:
+    """True if a URL parameter parses as a whole number (a validator for :func:`warn_bad_param`)."""
+    try:
+        int(raw)
+        return True
+    except ValueError:
+        return False
+
+
+def is_float(raw: str) -> bool:
+    """True if a URL parameter parses as a number (a validator for :func:`warn_bad_param`)."""
+    try:
+        float(raw)
+        return True
+    except ValueError:
+        return False
+
+
 def warn_bad_param(name: str, valid: Callable[[str], bool] | Sequence[str], explain: str) -> bool:
     """Show an ``st.warning`` when the URL parameter ``name`` is present but not valid.
 

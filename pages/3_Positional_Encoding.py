@@ -14,14 +14,6 @@ from aiayn.figures import labs
 MAX_SIM = 256  # positions in the similarity matrix (P x P cells)
 
 
-def _is_int(raw: str) -> bool:
-    try:
-        int(raw)
-        return True
-    except ValueError:
-        return False
-
-
 @st.cache_data(max_entries=32, show_spinner=False)
 def pe_table(length: int, d_model: int, layout: str) -> np.ndarray:
     return lessons.pe_matrix(length, d_model, layout)
@@ -55,7 +47,7 @@ default_d = cfg.d_model if cfg else 512
 default_len = min(cfg.max_len, lessons.MAX_PE_LENGTH) if cfg else 128
 
 for name in ("d_model", "length", "k"):
-    ui.warn_bad_param(name, _is_int, f"{name} must be a whole number")
+    ui.warn_bad_param(name, ui.is_int, f"{name} must be a whole number")
 ui.warn_bad_param("layout", ("interleaved", "concatenated"), "layout must be interleaved or concatenated")
 
 c1, c2, c3 = st.columns(3)

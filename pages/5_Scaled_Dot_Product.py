@@ -26,14 +26,6 @@ def sharpness(n_keys: int) -> pd.DataFrame:
     return lessons.softmax_sharpness(SWEEP, n_keys=n_keys)
 
 
-def _is_int(raw: str) -> bool:
-    try:
-        int(raw)
-        return True
-    except ValueError:
-        return False
-
-
 ctx = ui.setup_page("Scaled dot-product attention", icon="✖️", intro=(
     "$\\mathrm{Attention}(Q,K,V) = \\mathrm{softmax}(QK^T/\\sqrt{d_k})\\,V$ (Equation 1). \"We suspect that for large "
     "values of d_k, the dot products grow large in magnitude, pushing the softmax function into regions where it "
@@ -45,7 +37,7 @@ default_dk = tr.cfg.d_k if tr is not None else 64
 st.header("1 · Dot products grow with d_k")
 st.markdown("If the components of q and k are independent with mean 0 and variance 1, then "
             "$q\\cdot k = \\sum_{i=1}^{d_k} q_i k_i$ has mean 0 and **variance d_k** (footnote 4).")
-ui.warn_bad_param("d_k", _is_int, "d_k must be a whole number")
+ui.warn_bad_param("d_k", ui.is_int, "d_k must be a whole number")
 ui.warn_bad_param("scaled", lambda r: r.lower() in ("true", "false"), "scaled must be true or false")
 c1, c2, c3 = st.columns(3)
 d_k = c1.number_input("d_k", value=default_dk, step=1, key="d_k", bind="query-params",

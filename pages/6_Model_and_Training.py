@@ -24,22 +24,6 @@ def metrics(path: str, stamp: float) -> tuple[pd.DataFrame, list[str]]:  # noqa:
     return lessons.load_metrics(path)
 
 
-def _is_int(raw: str) -> bool:
-    try:
-        int(raw)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_float(raw: str) -> bool:
-    try:
-        float(raw)
-        return True
-    except ValueError:
-        return False
-
-
 ctx = ui.setup_page("Model and training", icon="📈", intro=(
     "Where the parameters are, what the shipped model was trained with, and two training ingredients of Section 5: "
     "the warm-up learning-rate schedule (Equation 3) and label smoothing."))
@@ -117,7 +101,7 @@ st.markdown("$lrate = d_{model}^{-0.5}\\cdot\\min(step^{-0.5},\\ step\\cdot warm
             "warmup_steps steps, then decay with the inverse square root of the step; the peak is at step = warmup_steps. "
             "The paper used warmup_steps = 4000.")
 for name in ("lr_d_model", "warmup", "steps"):
-    ui.warn_bad_param(name, _is_int, f"{name} must be a whole number")
+    ui.warn_bad_param(name, ui.is_int, f"{name} must be a whole number")
 c1, c2, c3 = st.columns(3)
 lr_d = c1.number_input("d_model", value=tr.cfg.d_model if tr is not None else 512, step=1, key="lr_d_model", bind="query-params")
 warm = c2.number_input("warmup_steps", value=4000, step=100, key="warmup", bind="query-params")
@@ -141,7 +125,7 @@ st.header("5 · Label smoothing (ε_ls = 0.1 in the paper)")
 st.markdown("Training targets put 1 − ε_ls on the true token and spread ε_ls uniformly over the vocabulary: "
             "$q = (1-\\epsilon_{ls})\\,\\mathrm{onehot}(y) + \\epsilon_{ls}/V$. \"This hurts perplexity, as the model "
             "learns to be more unsure, but improves accuracy and BLEU score.\"")
-ui.warn_bad_param("eps", _is_float, "eps must be a number")
+ui.warn_bad_param("eps", ui.is_float, "eps must be a number")
 c1, c2, c3, c4 = st.columns(4)
 eps = c1.number_input("ε_ls", value=0.1, step=0.05, format="%.2f", key="eps", bind="query-params")
 V = c2.number_input("vocabulary size V (illustration)", value=10, step=1, key="V", bind="query-params")
