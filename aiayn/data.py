@@ -360,6 +360,24 @@ def parse_ding_line(line: str, report: ParseReport | None = None, line_no: int =
     return pairs
 
 
+def _read_lines(path: Path, what: str) -> list[str]:
+    """Lines of a UTF-8 text file without their newlines (no empty last line for a final newline).
+
+    Raises:
+        FileNotFoundError: ``path`` is missing (``what`` and the path named). ValueError: not UTF-8.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text: {exc}") from None
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines
+
+
 def parse_ding(source: str | os.PathLike | Iterable[str], progress: bool = False) -> tuple[list[Pair], ParseReport]:
     """Parse a Ding file (path) or an iterable of its lines.
 
@@ -372,15 +390,7 @@ def parse_ding(source: str | os.PathLike | Iterable[str], progress: bool = False
     """
     if isinstance(source, (str, os.PathLike)):
         path = Path(source).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"Ding corpus not found: {path}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path} is not UTF-8 text: {exc}") from None
-        lines: Iterable[str] = text.split("\n")
-        if text.endswith("\n"):
-            lines = lines[:-1]
+        lines: Iterable[str] = _read_lines(path, "Ding corpus")
         name = str(path)
     else:
         lines, name = source, "<lines>"
@@ -534,17 +544,7 @@ def read_moses(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> list
     """
     texts = []
     for p in (src_path, tgt_path):
-        p = Path(p).expanduser()
-        if not p.is_file():
-            raise FileNotFoundError(f"corpus file not found: {p}")
-        try:
-            t = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{p} is not UTF-8 text: {exc}") from None
-        lines = t.split("\n")
-        if t.endswith("\n"):
-            lines.pop()
-        texts.append([ln.strip() for ln in lines])
+        texts.append([ln.strip() for ln in _read_lines(Path(p).expanduser(), "corpus file")])
     if len(texts[0]) != len(texts[1]):
         raise ValueError(
             f"line counts differ: {src_path} has {len(texts[0])} lines, {tgt_path} has {len(texts[1])}")
