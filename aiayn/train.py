@@ -97,6 +97,7 @@ class TrainConfig:
     max_len: int = 128  # drop training pairs longer than this (pieces)
     threads: int = 0
     upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
+    amp_cpu: bool = False  # bf16 autocast on CPU as well (CPUs with AVX512-BF16 or AMX; off by default)
 
 
 def _is_dist() -> bool:
@@ -290,6 +291,20 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
 # ----------------------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------------------
+def autocast_for(tc: TrainConfig, device: torch.device):
+    """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32).
+
+    bf16 autocast on CUDA when ``tc.amp``; on CPU only when ``tc.amp_cpu`` as well (oneDNN runs the matmuls in
+    bf16 on CPUs with AVX512-BF16 or AMX: 1.3-1.5x faster per step on the project's 2-core AMD EPYC, see
+    docs/training.md). Otherwise a disabled autocast, i.e. float32 throughout.
+    """
+    if tc.amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if tc.amp and tc.amp_cpu and device.type == "cpu":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast(device.type if device.type in ("cpu", "cuda") else "cpu", enabled=False)
+
+
 def _setup_distributed() -> torch.device:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _is_dist():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -369,7 +384,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         fwd = DDP(fwd, device_ids=[device.index] if device.type == "cuda" else None)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if (tc.amp and device.type == "cuda") else torch.autocast("cpu", enabled=False)
+    amp = autocast_for(tc, device)
     model.train()
     t_start = time.perf_counter() - state["wall_time"]
     metrics_path = run_dir / "metrics.jsonl"
@@ -533,12 +548,14 @@ def cli_main(argv: list[str]) -> int:
         ap.add_argument("--" + name.replace("_", "-"), type=typ, default=getattr(TrainConfig("", ""), name))
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--no-amp", action="store_true", help="no bf16 autocast on CUDA")
+    ap.add_argument("--amp-cpu", action="store_true", help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; ~1.4x faster here)")
     ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
     ap.add_argument("--export-average", type=int, default=5, help="average this many last states into --export")
     args = ap.parse_args(argv)
     tc = TrainConfig(data_dir=args.data, run_dir=args.run, direction=args.direction, preset=args.preset,
                      model_overrides=_parse_overrides(args.set), compile=args.compile, amp=not args.no_amp,
+                     amp_cpu=args.amp_cpu,
                      **{k: getattr(args, k) for k in ["max_tokens", "tokens_per_step", "accumulation", "warmup_steps", "lr_scale", "epsilon_ls",
                                                       "max_steps", "max_epochs", "max_minutes", "seed", "valid_every", "valid_bleu_sentences",
                                                       "valid_beam_size", "save_every", "keep", "max_len", "threads", "upsample_sentences"]})
