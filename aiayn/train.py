@@ -291,6 +291,21 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
 # ----------------------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------------------
+def _truncate_metrics(path: Path, last_step: int) -> int:
+    """Drop the records of ``metrics.jsonl`` past ``last_step`` (written after the state a crashed run resumes
+    from; the resumed run logs those steps again). Atomic rewrite; returns how many records were dropped."""
+    if not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", 0) <= last_step]
+    dropped = sum(1 for ln in lines if ln.strip()) - len(keep)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+        os.replace(tmp, path)
+    return dropped
+
+
 def autocast_for(tc: TrainConfig, device: torch.device):
     """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32).
 
@@ -370,6 +385,10 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     if resume and states:
         state = load_state_into(states[-1], model, opt)
         log(f"resumed from {states[-1]} (step {state['step']}, epoch {state['epoch']})")
+        if rank == 0:
+            dropped = _truncate_metrics(run_dir / "metrics.jsonl", state["step"])
+            if dropped:
+                log(f"dropped {dropped} metrics records logged after step {state['step']} (they will be logged again)")
     elif rank == 0:
         (run_dir / "train_config.json").write_text(json.dumps(asdict(tc), indent=2))
         (run_dir / "metrics.jsonl").write_text("")

@@ -291,6 +291,26 @@ def test_resume_continues_exactly(tiny_data, tmp_path):
         assert lb[s] == pytest.approx(la[s], rel=1e-5, abs=1e-6), s
 
 
+def test_resume_after_crash_logs_each_step_once(tiny_data, tmp_path):
+    """A crash between saves leaves metrics records past the last state; the resumed run drops them and logs
+    those steps again, so metrics.jsonl has every step once, with the straight run's losses."""
+    kw = dict(valid_every=10)  # a record every step
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    train(tiny_tc(tiny_data, run_a, max_steps=9, save_every=100, **kw), log=QUIET)
+    train(tiny_tc(tiny_data, run_b, max_steps=7, save_every=5, **kw), log=QUIET)
+    assert [p.name for p in list_states(run_b)] == ["step_00000005", "step_00000007"]
+    shutil.rmtree(list_states(run_b)[-1])  # the "crash" before the final save: records 6, 7 have no state
+    assert [r["step"] for r in read_metrics(run_b)] == list(range(1, 8))
+    messages = []
+    train(tiny_tc(tiny_data, run_b, max_steps=9, save_every=100, **kw), resume=True, log=messages.append)
+    assert any("dropped 2 metrics records" in m for m in messages), messages
+    rb = read_metrics(run_b)
+    assert [r["step"] for r in rb] == list(range(1, 10))
+    la = {r["step"]: r["train_loss"] for r in read_metrics(run_a)}
+    for r in rb:
+        assert r["train_loss"] == pytest.approx(la[r["step"]], rel=1e-5, abs=1e-6), r["step"]
+
+
 def test_resume_without_state_starts_fresh_and_dropout_matters(tiny_data, tmp_path):
     """Control for the resume test: a different seed (other dropout masks and data order) gives other
     weights, so equality above is not trivially true."""
