@@ -26,6 +26,23 @@ def _fmt_minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.0f} min ({seconds / 3600:.2f} h)"
 
 
+# Keys whose change does not alter what the model learns (time limits, logging, saving, threads).
+_BOOKKEEPING = {"max_minutes", "max_steps", "max_epochs", "keep", "save_every", "valid_every", "valid_bleu_sentences",
+                "valid_beam_size", "threads", "data_dir", "run_dir"}
+
+
+def _config_change_lines(changes: list[dict[str, Any]]) -> list[str]:
+    """One bullet listing the recipe changes made when the run was resumed (``config_changes`` of the meta)."""
+    parts = []
+    for rec in changes:
+        kept = {k: v for k, v in rec.get("changed", {}).items() if k not in _BOOKKEEPING}
+        if kept:
+            parts.append(f"from step {rec['step']}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in kept.items()))
+    if not parts:
+        return []
+    return ["- Changed when the run was resumed (the recipe above is the final one): " + "; ".join(parts) + "."]
+
+
 def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],
                 hardware: str, notes: str = "") -> str:
     """The Markdown text of the model card (pure: no I/O besides what is passed in)."""
@@ -65,7 +82,10 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     lines += [f"- Recipe (Section 5): Adam (beta1 0.9, beta2 0.98, eps 1e-9), learning rate of Equation 3 with warmup_steps = "
               f"{tc.get('warmup_steps')} and lr_scale = {tc.get('lr_scale')}, label smoothing epsilon_ls = {tc.get('epsilon_ls')}, "
               f"P_drop = {model.get('dropout')}, token-count batches of {tc.get('max_tokens')} padded tokens with length bucketing, "
-              f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step.",
+              f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step"
+              + (f", full-sentence pairs repeated {tc['upsample_sentences']} times" if (tc.get('upsample_sentences') or 1) > 1 else "")
+              + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "") + ".",
+              *_config_change_lines(meta.get("config_changes", [])),
               f"- Steps: {meta.get('step')} (epoch {meta.get('epoch')}), {meta.get('train_tokens', 0):,} target tokens seen, "
               f"wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
               f"- Hardware: {hardware}.",

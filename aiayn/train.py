@@ -291,6 +291,38 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
 # ----------------------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------------------
+def record_config_change(run_dir: str | Path, step: int, tc: TrainConfig) -> dict[str, list[Any]]:
+    """Compare ``tc`` with the run's ``train_config.json``; on a difference, append ``{"step", "changed"}`` to
+    ``config_changes.jsonl`` and make ``tc`` the run's configuration (atomic rewrite).
+
+    A run resumed with other flags (e.g. a new data mix) is no longer the uninterrupted run that ``--resume``
+    otherwise reproduces; this keeps the history, and ``export`` copies it into the checkpoint's meta so the
+    model card can say what changed when. Returns ``{key: [old, new]}`` (empty when nothing changed).
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / "train_config.json"
+    new = json.loads(json.dumps(asdict(tc)))  # tuples -> lists, as stored
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    # a key missing from an older run's file had its default (the behaviour before the flag existed)
+    defaults = json.loads(json.dumps(asdict(TrainConfig("", ""))))
+    changed = {k: [old.get(k, defaults.get(k)), v] for k, v in new.items() if old.get(k, defaults.get(k)) != v}
+    if changed and old:
+        with open(run_dir / "config_changes.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": int(step), "changed": changed}) + "\n")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(new, indent=2))
+        os.replace(tmp, path)
+    return changed if old else {}
+
+
+def read_config_changes(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of ``config_changes.jsonl`` (``[]`` when the run never changed its configuration)."""
+    path = Path(run_dir) / "config_changes.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+
 def _truncate_metrics(path: Path, last_step: int) -> int:
     """Drop the records of ``metrics.jsonl`` past ``last_step`` (written after the state a crashed run resumes
     from; the resumed run logs those steps again). Atomic rewrite; returns how many records were dropped."""
@@ -386,6 +418,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         state = load_state_into(states[-1], model, opt)
         log(f"resumed from {states[-1]} (step {state['step']}, epoch {state['epoch']})")
         if rank == 0:
+            changed = record_config_change(run_dir, state["step"], tc)
+            if changed:
+                log("resumed with a changed configuration: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
             dropped = _truncate_metrics(run_dir / "metrics.jsonl", state["step"])
             if dropped:
                 log(f"dropped {dropped} metrics records logged after step {state['step']} (they will be logged again)")
@@ -408,7 +443,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     t_start = time.perf_counter() - state["wall_time"]
     metrics_path = run_dir / "metrics.jsonl"
     bar = tqdm(total=tc.max_steps, initial=state["step"], disable=rank != 0, dynamic_ncols=True, desc=tc.direction)
-    stop = False
+    stop = state["step"] >= tc.max_steps  # resuming a finished run trains nothing more
+    if stop:
+        log(f"the run is already at step {state['step']} >= max_steps {tc.max_steps}: nothing to train")
     window_loss, window_tok, window_t0 = 0.0, 0, time.perf_counter()
     while not stop and state["epoch"] < tc.max_epochs:
         steps = step_batches(tc, src_ids, tgt_ids, state["epoch"])
@@ -515,7 +552,8 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
     st = json.loads((chosen[-1] / "trainer_state.json").read_text())
     info = {"direction": tc["direction"], "src_lang": tc["direction"].split("-")[0], "tgt_lang": tc["direction"].split("-")[1],
             "averaged_states": [p.name for p in chosen], "step": st["step"], "epoch": st["epoch"],
-            "train_wall_time_s": st["wall_time"], "train_tokens": st["tokens"], "train_config": tc}
+            "train_wall_time_s": st["wall_time"], "train_tokens": st["tokens"], "train_config": tc,
+            "config_changes": [c for c in read_config_changes(run_dir) if c["step"] < st["step"]]}
     try:
         import subprocess
 

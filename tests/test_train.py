@@ -491,3 +491,29 @@ def test_amp_cpu_run_trains_in_bf16_and_keeps_float32_state(tiny_data, tmp_path)
     assert all(v.dtype == np.float32 for v in runs[True].values())
     diff = max(float(np.abs(runs[True][k] - runs[False][k]).max()) for k in runs[False])
     assert diff > 1e-4, diff
+
+
+def test_resume_with_other_flags_is_recorded_and_reaches_the_card(tiny_data, tmp_path):
+    """Resuming with another data mix is allowed but recorded: config_changes.jsonl, train_config.json updated,
+    the export's meta and the model card say what changed at which step; an unchanged resume records nothing."""
+    from aiayn.checkpoint import read_config
+    from aiayn.modelcard import render_card
+    from aiayn.train import export, read_config_changes
+
+    run = tmp_path / "run"
+    train(tiny_tc(tiny_data, run, max_steps=4, save_every=2), log=QUIET)
+    assert read_config_changes(run) == []
+    messages = []
+    train(tiny_tc(tiny_data, run, max_steps=6, save_every=2, upsample_sentences=2, keep=4), resume=True, log=messages.append)
+    assert read_config_changes(run) == [{"step": 4, "changed": {"max_steps": [4, 6], "keep": [5, 4], "upsample_sentences": [1, 2]}}]
+    assert any("upsample_sentences 1 -> 2" in m for m in messages), messages
+    assert json.loads((run / "train_config.json").read_text())["upsample_sentences"] == 2
+    train(tiny_tc(tiny_data, run, max_steps=6, save_every=2, upsample_sentences=2, keep=4), resume=True, log=QUIET)
+    assert len(read_config_changes(run)) == 1  # same flags again: nothing new
+    ckpt = export(run, tmp_path / "ckpt", last=2)
+    meta = read_config(ckpt)["meta"]
+    assert meta["config_changes"][0]["step"] == 4 and meta["step"] == 6
+    text = render_card(ckpt, None, None, [], "cpu")
+    assert "from step 4: upsample_sentences 1 -> 2" in text
+    assert "full-sentence pairs repeated 2 times" in text
+    assert "keep" not in text.split("Changed when the run was resumed")[1].split("\n")[0]  # bookkeeping left out
