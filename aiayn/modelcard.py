@@ -31,16 +31,25 @@ _BOOKKEEPING = {"max_minutes", "max_steps", "max_epochs", "keep", "save_every", 
                 "valid_beam_size", "threads", "data_dir", "run_dir"}
 
 
-def _config_change_lines(changes: list[dict[str, Any]]) -> list[str]:
-    """One bullet listing the recipe changes made when the run was resumed (``config_changes`` of the meta)."""
-    parts = []
-    for rec in changes:
-        kept = {k: v for k, v in rec.get("changed", {}).items() if k not in _BOOKKEEPING}
-        if kept:
-            parts.append(f"from step {rec['step']}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in kept.items()))
-    if not parts:
+def config_change_notes(changes: list[dict[str, Any]] | None) -> list[tuple[int, str]]:
+    """``[(step, "key old -> new, ...")]`` for the recipe changes made when a run was resumed with other flags
+    (``meta["config_changes"]`` of a checkpoint, written by :func:`aiayn.train.record_config_change`).
+    Bookkeeping keys (time limit, saving, logging, threads, paths) are left out; so are records with nothing else."""
+    notes = []
+    for rec in changes or []:
+        kept = {k: v for k, v in (rec.get("changed") or {}).items() if k not in _BOOKKEEPING}
+        if kept and isinstance(rec.get("step"), int):
+            notes.append((rec["step"], ", ".join(f"{k} {a} -> {b}" for k, (a, b) in kept.items())))
+    return notes
+
+
+def _config_change_lines(changes: list[dict[str, Any]] | None) -> list[str]:
+    """One bullet of the card listing the recipe changes (see :func:`config_change_notes`)."""
+    notes = config_change_notes(changes)
+    if not notes:
         return []
-    return ["- Changed when the run was resumed (the recipe above is the final one): " + "; ".join(parts) + "."]
+    return ["- Changed when the run was resumed (the recipe above is the final one): "
+            + "; ".join(f"from step {step}: {text}" for step, text in notes) + "."]
 
 
 def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],

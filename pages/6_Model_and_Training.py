@@ -11,6 +11,7 @@ import streamlit as st
 from aiayn import lessons, ui
 from aiayn.config import TransformerConfig
 from aiayn.figures import labs
+from aiayn.modelcard import config_change_notes
 
 
 @st.cache_data(max_entries=16, show_spinner="Counting parameters…")
@@ -92,7 +93,15 @@ if mdf is not None:
         cols[2].metric("last valid loss", f"{mdf['valid_loss'].dropna().iloc[-1]:.3f}")
     if "wall_time" in mdf and pd.notna(last.get("wall_time")):
         cols[3].metric("wall time", f"{last['wall_time'] / 3600:.2f} h")
-    ui.show_figure(labs.training_curves_figure(mdf, presenter=ctx.presenter), key="curves", filename=f"training_{ctx.direction}")
+    try:  # recipe changes of a resumed run, drawn on the curves (config.json only; no torch)
+        changes = config_change_notes(ui.checkpoint_info(ctx.direction).meta.get("config_changes"))
+    except ui.ModelUnavailable:
+        changes = []
+    if changes:
+        st.caption("Dotted lines: the run was resumed with another recipe from that step on — "
+                   + "; ".join(f"step {s:,}: {t}" for s, t in changes) + ".")
+    ui.show_figure(labs.training_curves_figure(mdf, presenter=ctx.presenter, marks=changes), key="curves",
+                   filename=f"training_{ctx.direction}")
     ui.download_buttons(mdf, mdf.to_json(orient="records"), f"metrics_{ctx.direction}")
 
 # -- 4. learning rate ------------------------------------------------------------------------------------------------

@@ -213,12 +213,20 @@ def test_model_page_training_curves_and_corrupt_lines(checkpoints, tmp_path, mon
              for s in (10, 20, 30)]
     (root / "en-de" / "metrics.jsonl").write_text("\n".join(lines) + "\n{broken\n")
     (root / "de-en" / "metrics.jsonl").write_text("")
+    cfg_path = root / "en-de" / "config.json"  # the run was resumed with another data mix at step 20
+    cfg = json.loads(cfg_path.read_text())
+    cfg["meta"]["config_changes"] = [{"step": 20, "changed": {"upsample_sentences": [4, 8], "keep": [6, 10]}}]
+    cfg_path.write_text(json.dumps(cfg))
     monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
     at = open_page(MODEL)
-    curves = {t["name"]: t for t in chart(at, "curves")["data"]}
+    spec = chart(at, "curves")
+    curves = {t["name"]: t for t in spec["data"]}
     assert curves["train loss (label-smoothed)"]["y"].tolist() == [1.0, 0.5, 10.0 / 30]
     assert curves["valid BLEU"]["x"].tolist() == [20]
     assert "skipped 1 unreadable line" in messages(at)
+    assert [sh["x0"] for sh in spec["layout"]["shapes"]] == [20, 20, 20]  # a dotted line in each panel
+    assert "step 20: upsample_sentences 4 -> 8" in " ".join(c.value for c in at.caption)
+    assert "keep" not in " ".join(c.value for c in at.caption)
     at = open_page(MODEL, direction="de-en")
     assert "empty" in messages(at) and "curves" not in keys(at)
 

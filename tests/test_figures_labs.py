@@ -131,3 +131,12 @@ def test_presenter_mode_enlarges_type():
     small = labs.pe_curves_figure(df, presenter=False).layout.font.size
     big = labs.pe_curves_figure(df, presenter=True).layout.font.size
     assert big > small
+
+
+def test_training_curves_marks_recipe_changes():
+    df = pd.DataFrame({"step": [10, 20, 30], "train_loss": [3.0, 2.0, 1.0], "valid_bleu": [1.0, 2.0, 3.0], "lr": [1e-4, 2e-4, 1e-4]})
+    fig = labs.training_curves_figure(df, marks=[(20, "upsample_sentences 4 -> 8")])
+    assert [sh.x0 for sh in fig.layout.shapes] == [20, 20, 20]
+    texts = [a.text for a in fig.layout.annotations]
+    assert "upsample_sentences 4 -&gt; 8" in texts  # escaped: plotly reads text as HTML
+    assert not labs.training_curves_figure(df).layout.shapes

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from aiayn.checkpoint import read_config
-from aiayn.modelcard import record_scores, render_card
+from aiayn.modelcard import config_change_notes, record_scores, render_card
 
 
 def _evaluation(bleu: float, base: float) -> dict:
@@ -45,3 +45,11 @@ def test_record_scores_writes_into_config_meta(tiny_checkpoints, tmp_path):
     meta = json.loads((ckpt / "config.json").read_text())["meta"]
     assert meta["test_scores"]["test_bleu"] == 7.5 and meta["test_scores"]["dictionary_baseline_bleu"] == 2.0
     assert read_config(ckpt)["model_config"].d_model > 0  # still a valid checkpoint config
+
+
+def test_config_change_notes_leave_out_bookkeeping():
+    changes = [{"step": 900, "changed": {"max_minutes": [52.0, 175.0], "keep": [6, 8]}},
+               {"step": 1000, "changed": {"amp_cpu": [False, True]}},
+               {"step": 1600, "changed": {"keep": [8, 10], "upsample_sentences": [4, 8]}}]
+    assert config_change_notes(changes) == [(1000, "amp_cpu False -> True"), (1600, "upsample_sentences 4 -> 8")]
+    assert config_change_notes(None) == [] and config_change_notes([]) == []

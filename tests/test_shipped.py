@@ -117,3 +117,28 @@ def test_attention_of_shipped_model_is_complete(shipped):
     assert tuple(att.decoder.shape) == (L, 1, H, T, T)
     for m in (att.encoder, att.cross, att.decoder):
         torch.testing.assert_close(m.float().sum(-1), torch.ones(m.shape[:-1]), atol=1e-3, rtol=0)
+
+
+# The bar for a shipped model: clearly better than translating word by word with the Ding dictionary.
+# Checked on 150 held-out test sentences committed with the dictionary entries the baseline needs
+# (tests/fixtures/make_test_sample.py); the full 1,000-sentence scores are in each checkpoint's eval_test.json.
+SAMPLE = Path(__file__).parent / "fixtures" / "ding_test_sample.json"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_beats_the_dictionary_baseline_on_held_out_sentences(direction):
+    from aiayn import Translator
+    from aiayn.evaluate import evaluate_translator
+
+    d = ckpt_dir(direction)
+    sample = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    src_i = 0 if direction == "de-en" else 1
+    sources = [p[src_i] for p in sample["pairs"]]
+    refs = [p[1 - src_i] for p in sample["pairs"]]
+    tr = Translator.load(d, device="cpu")
+    res = evaluate_translator(tr, sources, refs, lexicon=sample["lexicon"][direction], src_lang=direction[:2])
+    model, base = res["model"], res["baseline"]
+    assert model["chrf"] > base["chrf"] and model["bleu"] > base["bleu"], (
+        f"{direction}: model BLEU {model['bleu']:.2f} / chrF {model['chrf']:.2f} vs dictionary baseline "
+        f"BLEU {base['bleu']:.2f} / chrF {base['chrf']:.2f} on {len(sources)} held-out sentences")

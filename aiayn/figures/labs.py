@@ -320,8 +320,12 @@ def parameters_figure(summaries: dict[str, pd.DataFrame], *, presenter: bool = F
     return _style(fig, presenter, "Parameters per component", 440)
 
 
-def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
-    """Loss (train, valid), BLEU and learning rate over steps from a metrics log (:func:`lessons.load_metrics`)."""
+def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False, marks: list[tuple[int, str]] | None = None) -> go.Figure:
+    """Loss (train, valid), BLEU and learning rate over steps from a metrics log (:func:`lessons.load_metrics`).
+
+    ``marks``: ``[(step, text)]`` drawn as dotted vertical lines in every panel, with the text on hover, e.g. the
+    recipe changes of a resumed run (:func:`aiayn.modelcard.config_change_notes`).
+    """
     fig = make_subplots(rows=1, cols=3, subplot_titles=("loss (nats / token)", "valid BLEU", "learning rate"))
     if "train_loss" in df:
         g = df.dropna(subset=["train_loss"])
@@ -335,6 +339,10 @@ def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.F
     if "lr" in df:
         g = df.dropna(subset=["lr"])
         fig.add_trace(go.Scatter(x=g["step"], y=g["lr"], mode="lines", name="lr"), 1, 3)
+    for step, text in marks or []:
+        for col in (1, 2, 3):
+            label = dict(annotation_text=plotly_safe(text), annotation_position="top left", annotation_font_size=10) if col == 1 else {}
+            fig.add_vline(x=step, line_dash="dot", line_color="grey", row=1, col=col, **label)
     fig.update_xaxes(title="step")
     return _style(fig, presenter, "Training curves", 400)
 
