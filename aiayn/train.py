@@ -325,11 +325,18 @@ def read_config_changes(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def _truncate_metrics(path: Path, last_step: int) -> int:
     """Drop the records of ``metrics.jsonl`` past ``last_step`` (written after the state a crashed run resumes
-    from; the resumed run logs those steps again). Atomic rewrite; returns how many records were dropped."""
+    from; the resumed run logs those steps again) and lines torn by the crash. Atomic rewrite; returns how many
+    lines were dropped."""
     if not path.is_file():
         return 0
+    def before(line: str) -> bool:
+        try:
+            return json.loads(line).get("step", 0) <= last_step
+        except (json.JSONDecodeError, AttributeError):  # a line torn by the crash
+            return False
+
     lines = path.read_text(encoding="utf-8").splitlines()
-    keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", 0) <= last_step]
+    keep = [ln for ln in lines if ln.strip() and before(ln)]
     dropped = sum(1 for ln in lines if ln.strip()) - len(keep)
     if dropped:
         tmp = path.with_name(path.name + ".tmp")

@@ -301,9 +301,11 @@ def test_resume_after_crash_logs_each_step_once(tiny_data, tmp_path):
     assert [p.name for p in list_states(run_b)] == ["step_00000005", "step_00000007"]
     shutil.rmtree(list_states(run_b)[-1])  # the "crash" before the final save: records 6, 7 have no state
     assert [r["step"] for r in read_metrics(run_b)] == list(range(1, 8))
+    with open(run_b / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 8, "train_lo')  # and a line torn by the crash
     messages = []
     train(tiny_tc(tiny_data, run_b, max_steps=9, save_every=100, **kw), resume=True, log=messages.append)
-    assert any("dropped 2 metrics records" in m for m in messages), messages
+    assert any("dropped 3 metrics records" in m for m in messages), messages
     rb = read_metrics(run_b)
     assert [r["step"] for r in rb] == list(range(1, 10))
     la = {r["step"]: r["train_loss"] for r in read_metrics(run_a)}
