@@ -2,7 +2,9 @@
 
 One step = forward + label-smoothed loss (Section 5.4, eps_ls = 0.1) + backward + Adam step (Section 5.3),
 on the same batches for both models, timed in alternation. Throughput is in target tokens per second
-(the unit of ``aiayn train``'s ``tokens_per_s``). CPU: fp32; GPU: bf16 autocast.
+(the unit of ``aiayn train``'s ``tokens_per_s``). CPU: fp32; GPU: bf16 autocast. On a CPU with bf16 support
+(AVX512-BF16 / AMX) a third variant, ``aiayn_bf16``, runs our model under the autocast of ``aiayn train --amp-cpu``
+(:func:`aiayn.train.autocast_for`), timed in the same alternation, for the bf16 / fp32 ratio.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import torch
 from aiayn.config import TransformerConfig
 from aiayn.interop import to_torch_transformer
 from aiayn.model import Transformer
-from aiayn.train import label_smoothed_loss
+from aiayn.train import TrainConfig, autocast_for, label_smoothed_loss
 
 from .flops import gpu_bf16_peak_tflops, mfu, training_flops
 from .timing import Stats, interleaved, synchronize
@@ -41,15 +43,26 @@ def _autocast(device: str):
     return contextlib.nullcontext()
 
 
-def make_step(model: torch.nn.Module, fwd, opt: torch.optim.Optimizer, batches, cfg: TransformerConfig, device: str):
-    """A closure running one training step on the next batch (cycling)."""
+def cpu_bf16_supported() -> bool:
+    """Whether oneDNN runs bf16 matmuls natively on this CPU (AVX512-BF16 or AMX); elsewhere bf16 autocast is
+    emulated and slow, so the bf16 variant is not raced."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def make_step(model: torch.nn.Module, fwd, opt: torch.optim.Optimizer, batches, cfg: TransformerConfig, device: str, autocast=None):
+    """A closure running one training step on the next batch (cycling). ``autocast``: a zero-argument factory of
+    the autocast context (default: bf16 on CUDA, none on CPU)."""
     state = {"i": 0}
+    autocast = autocast or (lambda: _autocast(device))
 
     def step() -> None:
         src, dec_in, tgt = batches[state["i"] % len(batches)]
         state["i"] += 1
         opt.zero_grad(set_to_none=True)
-        with _autocast(device):
+        with autocast():
             logits = fwd(src, dec_in)
             loss, _, n_tok = label_smoothed_loss(logits, tgt, 0.1, cfg.pad_id)
         (loss / n_tok).backward()
@@ -75,11 +88,18 @@ def measure_train(spec: dict[str, Any]) -> dict[str, Any]:
     theirs = to_torch_transformer(ours).train()
     batches = make_batches(cfg, b, s, t, 4, device, seed=int(spec.get("seed", 0)))
     models = {"aiayn": ours, "torch": theirs}
+    autocasts = {}
+    if device == "cpu" and spec.get("cpu_bf16", True) and cpu_bf16_supported():
+        import copy
+
+        models["aiayn_bf16"] = copy.deepcopy(ours)
+        tc = TrainConfig("", "", amp_cpu=True)
+        autocasts["aiayn_bf16"] = lambda: autocast_for(tc, torch.device("cpu"))
     steps, first_call = {}, {}
     for name, m in models.items():
         fwd = torch.compile(m) if spec.get("compile") else m
         opt = torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        steps[name] = make_step(m, fwd, opt, batches, cfg, device)
+        steps[name] = make_step(m, fwd, opt, batches, cfg, device, autocast=autocasts.get(name))
         synchronize(device)
         t0 = time.perf_counter()
         steps[name]()  # first call: includes compilation when compiling
@@ -146,6 +166,14 @@ def _rows_from(res: dict[str, Any], device: str, mode: str) -> list:
         Row(f"{prefix}.speedup", "train", device, f"train speed-up aiayn / torch ({mode})", a["tokens_per_s"] / r["tokens_per_s"], "x",
             "ratio of median step times"),
     ]
+    if "aiayn_bf16" in res["models"]:
+        b16 = res["models"]["aiayn_bf16"]
+        rows += [
+            Row(f"{prefix}.aiayn_bf16", "train", device, f"train step, aiayn.Transformer, bf16 autocast (--amp-cpu, {mode})",
+                b16["tokens_per_s"], "tok/s", f"first call {b16['first_call_s']:.1f} s", dict(detail, step_s=b16["step_s"])),
+            Row(f"{prefix}.amp_cpu_speedup", "train", device, f"train speed-up bf16 autocast / fp32, aiayn ({mode})",
+                b16["tokens_per_s"] / a["tokens_per_s"], "x", "ratio of median step times, same batches"),
+        ]
     if device == "cuda":
         for name, rec in (("aiayn", a), ("torch", r)):
             if rec["mfu"] is None:

@@ -148,6 +148,27 @@ def test_measure_train_reports_consistent_figures():
         assert rec["tokens_per_s"] == pytest.approx(2 * 5 / rec["step_s"]["median"])
         assert rec["mfu"] is None  # no GPU peak on CPU
     assert res["num_parameters"] == Transformer(cfg).num_parameters()
+    from benchmarks.training import cpu_bf16_supported
+
+    assert ("aiayn_bf16" in res["models"]) == cpu_bf16_supported()
+    res = measure_train(dict(device="cpu", cfg=cfg.to_dict(), batch=2, src_len=4, tgt_len=5, compile=False, warmup=0, repeats=1,
+                             cpu_bf16=False))
+    assert set(res["models"]) == {"aiayn", "torch"}
+
+
+def test_bf16_rows_carry_the_ratio_of_the_measured_speeds():
+    from benchmarks.training import _rows_from
+
+    step = {"median": 1.0, "p95": 1.0, "min": 1.0, "max": 1.0, "n": 1}
+    res = {"batch": 2, "src_len": 4, "tgt_len": 5, "target_tokens_per_step": 10, "flops_per_step": {}, "peak_tflops": None,
+           "gpu": None, "num_parameters": 1,
+           "models": {n: {"tokens_per_s": v, "first_call_s": 0.1, "step_s": step, "mfu": None, "achieved_tflops": 0.0}
+                      for n, v in (("aiayn", 100.0), ("torch", 80.0), ("aiayn_bf16", 150.0))}}
+    rows = {r.id: r for r in _rows_from(res, "cpu", "eager")}
+    assert rows["train.cpu.eager.amp_cpu_speedup"].value == pytest.approx(1.5)
+    assert rows["train.cpu.eager.speedup"].value == pytest.approx(1.25)
+    del res["models"]["aiayn_bf16"]
+    assert "train.cpu.eager.amp_cpu_speedup" not in {r.id for r in _rows_from(res, "cpu", "eager")}
 
 
 def test_decode_sentences_have_the_asked_lengths_and_random_stand_in_is_bounded():
