@@ -87,13 +87,7 @@ def test_translates_everyday_sentences(shipped):
         assert copied <= 0.5, f"{text!r} -> {t.text!r}: {copied:.0%} of the output words are input words"
 
 
-# The de-en model shipped by the first (CPU-only) session is undertrained and collapses most sentences onto
-# one output (issue 3 stays open until a retrained model ships). strict=True: once a better model ships, this
-# XPASSes, fails, and the mark must go.
-@pytest.mark.parametrize("direction", [
-    "en-de",
-    pytest.param("de-en", marks=pytest.mark.xfail(strict=True, reason="undertrained CPU de-en model (issue 3 open)")),
-])
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_different_sentences_get_different_translations(direction):
     from aiayn import Translator
 
