@@ -349,8 +349,8 @@ def autocast_for(tc: TrainConfig, device: torch.device):
     """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32).
 
     bf16 autocast on CUDA when ``tc.amp``; on CPU only when ``tc.amp_cpu`` as well (oneDNN runs the matmuls in
-    bf16 on CPUs with AVX512-BF16 or AMX: 1.3-1.5x faster per step on the project's 2-core AMD EPYC, see
-    docs/training.md). Otherwise a disabled autocast, i.e. float32 throughout.
+    bf16 on CPUs with AVX512-BF16 or AMX: 1.47x faster per step on the project's 2-core AMD EPYC, see
+    docs/benchmarks.md). Otherwise a disabled autocast, i.e. float32 throughout.
     """
     if tc.amp and device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -612,7 +612,7 @@ def cli_main(argv: list[str]) -> int:
         ap.add_argument("--" + name.replace("_", "-"), type=typ, default=getattr(TrainConfig("", ""), name))
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--no-amp", action="store_true", help="no bf16 autocast on CUDA")
-    ap.add_argument("--amp-cpu", action="store_true", help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; ~1.4x faster here)")
+    ap.add_argument("--amp-cpu", action="store_true", help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; 1.47x faster steps on the 2-core dev VM)")
     ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
     ap.add_argument("--export-average", type=int, default=5, help="average this many last states into --export")
