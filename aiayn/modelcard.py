@@ -31,21 +31,23 @@ _BOOKKEEPING = {"max_minutes", "max_steps", "max_epochs", "keep", "save_every", 
                 "valid_beam_size", "threads", "data_dir", "run_dir"}
 
 
-def config_change_notes(changes: list[dict[str, Any]] | None) -> list[tuple[int, str]]:
+def config_change_notes(changes: list[dict[str, Any]] | None, accumulation: int | None = None) -> list[tuple[int, str]]:
     """``[(step, "key old -> new, ...")]`` for the recipe changes made when a run was resumed with other flags
     (``meta["config_changes"]`` of a checkpoint, written by :func:`aiayn.train.record_config_change`).
-    Bookkeeping keys (time limit, saving, logging, threads, paths) are left out; so are records with nothing else."""
+    Bookkeeping keys (time limit, saving, logging, threads, paths) are left out, and ``tokens_per_step`` when the
+    run's ``accumulation`` is fixed (> 0: the step size does not use it); so are records with nothing else."""
     notes = []
     for rec in changes or []:
-        kept = {k: v for k, v in (rec.get("changed") or {}).items() if k not in _BOOKKEEPING}
+        kept = {k: v for k, v in (rec.get("changed") or {}).items() if k not in _BOOKKEEPING
+                and not (k == "tokens_per_step" and (accumulation or 0) > 0)}  # unused with a fixed accumulation
         if kept and isinstance(rec.get("step"), int):
             notes.append((rec["step"], ", ".join(f"{k} {a} -> {b}" for k, (a, b) in kept.items())))
     return notes
 
 
-def _config_change_lines(changes: list[dict[str, Any]] | None) -> list[str]:
+def _config_change_lines(changes: list[dict[str, Any]] | None, accumulation: int | None = None) -> list[str]:
     """One bullet of the card listing the recipe changes (see :func:`config_change_notes`)."""
-    notes = config_change_notes(changes)
+    notes = config_change_notes(changes, accumulation)
     if not notes:
         return []
     return ["- Changed when the run was resumed (the recipe above is the final one): "
@@ -94,7 +96,7 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
               f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step"
               + (f", full-sentence pairs repeated {tc['upsample_sentences']} times" if (tc.get('upsample_sentences') or 1) > 1 else "")
               + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "") + ".",
-              *_config_change_lines(meta.get("config_changes", [])),
+              *_config_change_lines(meta.get("config_changes", []), tc.get("accumulation")),
               f"- Steps: {meta.get('step')} (epoch {meta.get('epoch')}), {meta.get('train_tokens', 0):,} target tokens seen, "
               f"wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
               f"- Hardware: {hardware}.",

@@ -94,7 +94,8 @@ if mdf is not None:
     if "wall_time" in mdf and pd.notna(last.get("wall_time")):
         cols[3].metric("wall time", f"{last['wall_time'] / 3600:.2f} h")
     try:  # recipe changes of a resumed run, drawn on the curves (config.json only; no torch)
-        changes = config_change_notes(ui.checkpoint_info(ctx.direction).meta.get("config_changes"))
+        meta = ui.checkpoint_info(ctx.direction).meta
+        changes = config_change_notes(meta.get("config_changes"), (meta.get("train_config") or {}).get("accumulation"))
     except ui.ModelUnavailable:
         changes = []
     if changes:

@@ -53,3 +53,9 @@ def test_config_change_notes_leave_out_bookkeeping():
                {"step": 1600, "changed": {"keep": [8, 10], "upsample_sentences": [4, 8]}}]
     assert config_change_notes(changes) == [(1000, "amp_cpu False -> True"), (1600, "upsample_sentences 4 -> 8")]
     assert config_change_notes(None) == [] and config_change_notes([]) == []
+
+
+def test_tokens_per_step_change_is_left_out_when_accumulation_is_fixed():
+    changes = [{"step": 3600, "changed": {"tokens_per_step": [4096, 25000]}}]
+    assert config_change_notes(changes, accumulation=1) == []
+    assert config_change_notes(changes, accumulation=0) == [(3600, "tokens_per_step 4096 -> 25000")]
