@@ -309,9 +309,9 @@ def record_config_change(run_dir: str | Path, step: int, tc: TrainConfig) -> dic
     if changed and old:
         with open(run_dir / "config_changes.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"step": int(step), "changed": changed}) + "\n")
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(new, indent=2))
-        os.replace(tmp, path)
+        from .data import _atomic_write_text
+
+        _atomic_write_text(path, json.dumps(new, indent=2))
     return changed if old else {}
 
 
@@ -339,9 +339,9 @@ def _truncate_metrics(path: Path, last_step: int) -> int:
     keep = [ln for ln in lines if ln.strip() and before(ln)]
     dropped = sum(1 for ln in lines if ln.strip()) - len(keep)
     if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
-        os.replace(tmp, path)
+        from .data import _atomic_write_text
+
+        _atomic_write_text(path, "".join(ln + "\n" for ln in keep))
     return dropped
 
 
