@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from aiayn import ui
+from aiayn.modelcard import quality_verdict
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -78,6 +79,9 @@ def model_card_brief(ctx: ui.PageContext) -> None:
     if meta.get("note"):
         facts.append(f"**Note:** {meta['note']}")
     st.markdown(" · ".join(facts))
+    verdict = quality_verdict(meta)
+    if verdict is not None:
+        (st.success if verdict[0] == "beats" else st.info)(verdict[1], icon="✅" if verdict[0] == "beats" else "📏")
     bleus = _bleu_entries(meta)
     if bleus:
         st.markdown("**BLEU** (sacreBLEU, detokenised): " + ", ".join(f"{k} = {v:.1f}" for k, v in bleus))

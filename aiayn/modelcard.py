@@ -152,6 +152,42 @@ def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:
     _atomic_write_bytes(path, json.dumps(config, indent=2, sort_keys=True).encode())
 
 
+def _score(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
+        return None
+    return float(value)
+
+
+def quality_verdict(meta: dict[str, Any] | None) -> tuple[str, str] | None:
+    """How the checkpoint's test scores compare with the word-by-word dictionary baseline, in one sentence
+    for the app (Translate page, Overview), so nobody mistakes a weak model's output for a translation.
+
+    Reads ``meta["test_scores"]`` (written by :func:`record_scores`): sacreBLEU and chrF of the model and of
+    the baseline on the test split. Returns ``(level, markdown)`` with level ``"beats"`` (higher on both
+    BLEU and chrF), ``"mixed"`` (higher on one), ``"below"`` (on neither; ties count as not higher), or None
+    when the scores are missing or not numbers (nothing to say). Never raises on malformed metadata.
+    """
+    sc = (meta or {}).get("test_scores")
+    if not isinstance(sc, dict):
+        return None
+    bleu, chrf = _score(sc.get("test_bleu")), _score(sc.get("test_chrf"))
+    base_bleu, base_chrf = _score(sc.get("dictionary_baseline_bleu")), _score(sc.get("dictionary_baseline_chrf"))
+    if None in (bleu, chrf, base_bleu, base_chrf):
+        return None
+    n = sc.get("n_sentences")
+    on = f"{n:,} held-out test sentences" if isinstance(n, int) and not isinstance(n, bool) else "the held-out test sentences"
+    numbers = (f"sacreBLEU {bleu:.1f} / chrF {chrf:.1f} on {on}; a word-by-word dictionary lookup scores "
+               f"{base_bleu:.1f} / {base_chrf:.1f}")
+    wins = (bleu > base_bleu) + (chrf > base_chrf)
+    if wins == 2:
+        return "beats", f"This model beats the word-by-word dictionary baseline: {numbers}."
+    if wins == 1:
+        return "mixed", (f"This model beats the word-by-word dictionary baseline on one score only ({numbers}): "
+                         "expect some wrong or made-up translations.")
+    return "below", (f"This model is still weak: {numbers}. Expect fluent-looking but often wrong translations; "
+                     "the attention maps still show exactly what this model computes.")
+
+
 def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str | Path | None, hardware: str, notes: str = "") -> Path:
     """Render and write ``MODEL_CARD.md`` into ``ckpt`` (translating the everyday sample sentences live)."""
     from .translator import Translator

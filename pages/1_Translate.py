@@ -7,6 +7,7 @@ import streamlit as st
 from aiayn import ui
 from aiayn.analysis import bundle_maps, check_text, unique_labels
 from aiayn.figures.attention import attention_heatmap, query_labels
+from aiayn.modelcard import quality_verdict
 
 DEFAULTS = {"en-de": "I have no time.", "de-en": "Ich habe keine Zeit."}
 BEAM_MAX = 16
@@ -107,6 +108,10 @@ if not b["finished"]:
 
 st.markdown("#### Translation")
 st.subheader(b["text"] or "∅ (empty output)", anchor=False)
+verdict = quality_verdict(tr.meta)
+if verdict is not None:
+    level, message = verdict
+    (st.caption if level == "beats" else st.info)(message, **({} if level == "beats" else {"icon": "📏"}))
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Time", f"{b['elapsed_ms']:.0f} ms", help="Wall time of the beam search, this server")
 m2.metric("Score", f"{b['score']:.3f}", help="Length-normalised log-probability (natural log) the beam ranked by")

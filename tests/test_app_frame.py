@@ -86,3 +86,22 @@ def test_presenter_mode_switches_colour_scale(checkpoints):
     assert f"font-size: {ui.PRESENTER_FONT_SIZE}px" in css
     at.toggle(key="presenter").set_value(False).run()
     assert not any("font-size" in str(h.proto) for h in at.get("html"))
+
+
+def test_overview_compares_test_scores_with_the_dictionary_baseline(tmp_path, monkeypatch, tiny_checkpoints):
+    import shutil
+
+    from aiayn.modelcard import record_scores
+
+    root = tmp_path / "ckpts"
+    shutil.copytree(tiny_checkpoints, root)
+    record_scores(root / "en-de", {"n_sentences": 1000, "scores": {"model": {"bleu": 4.2, "chrf": 23.1},
+                                                                   "dictionary_baseline": {"bleu": 1.7, "chrf": 25.9}}})
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    infos = " ".join(i.value for i in at.info)
+    assert "on one score only" in infos and "4.2 / chrF 23.1" in infos and "1.7 / 25.9" in infos
+    assert not at.success

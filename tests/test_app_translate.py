@@ -160,3 +160,34 @@ def test_missing_checkpoint_is_a_message_not_a_traceback(tmp_path, monkeypatch, 
     assert not at.exception
     assert at.error and "could not be loaded" in at.error[0].value
     assert not at.get("plotly_chart")
+
+
+@pytest.mark.parametrize("bleu, chrf, shown", [(0.4, 11.6, "still weak"), (9.0, 40.0, None)])
+def test_test_scores_are_shown_beside_the_translation(tmp_path, monkeypatch, tiny_checkpoints, bleu, chrf, shown):
+    """A weak model's output must not pass for a translation: the page says how it compares with the baseline."""
+    import shutil
+
+    from aiayn.modelcard import record_scores
+
+    root = tmp_path / "ckpts"
+    shutil.copytree(tiny_checkpoints, root)
+    record_scores(root / "en-de", {"n_sentences": 1000, "scores": {"model": {"bleu": bleu, "chrf": chrf},
+                                                                   "dictionary_baseline": {"bleu": 3.5, "chrf": 28.5}}})
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = run()
+    assert not at.exception, at.exception
+    infos = " ".join(i.value for i in at.info)
+    captions = " ".join(c.value for c in at.caption)
+    if shown:
+        assert shown in infos and f"{bleu:.1f} / chrF {chrf:.1f}" in infos and "3.5 / 28.5" in infos
+    else:
+        assert "beats the word-by-word dictionary baseline" in captions and "weak" not in infos
+
+
+def test_no_scores_no_verdict(checkpoints):
+    at = run()
+    assert not at.exception, at.exception
+    texts = " ".join(x.value for x in list(at.info) + list(at.caption))
+    assert "dictionary baseline" not in texts

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 
 from aiayn.checkpoint import read_config
-from aiayn.modelcard import config_change_notes, record_scores, render_card
+import pytest
+
+from aiayn.modelcard import config_change_notes, quality_verdict, record_scores, render_card
 
 
 def _evaluation(bleu: float, base: float) -> dict:
@@ -59,3 +61,38 @@ def test_tokens_per_step_change_is_left_out_when_accumulation_is_fixed():
     changes = [{"step": 3600, "changed": {"tokens_per_step": [4096, 25000]}}]
     assert config_change_notes(changes, accumulation=1) == []
     assert config_change_notes(changes, accumulation=0) == [(3600, "tokens_per_step 4096 -> 25000")]
+
+
+def _scores(bleu, chrf, base_bleu=3.5, base_chrf=28.5, n=1000):
+    return {"test_scores": {"test_bleu": bleu, "test_chrf": chrf, "dictionary_baseline_bleu": base_bleu,
+                            "dictionary_baseline_chrf": base_chrf, "n_sentences": n}}
+
+
+@pytest.mark.parametrize("bleu, chrf, level", [
+    (9.0, 31.0, "beats"),      # higher on both
+    (4.2, 23.1, "mixed"),      # BLEU higher, chrF lower (the en-de model of session 2)
+    (3.0, 30.0, "mixed"),      # chrF higher only
+    (0.45, 11.6, "below"),
+    (3.5, 28.5, "below"),      # a tie is not a win
+])
+def test_quality_verdict_compares_both_scores_with_the_baseline(bleu, chrf, level):
+    got, text = quality_verdict(_scores(bleu, chrf))
+    assert got == level
+    assert f"{bleu:.1f} / chrF {chrf:.1f}" in text and "3.5 / 28.5" in text and "1,000 held-out" in text
+
+
+@pytest.mark.parametrize("meta", [None, {}, {"test_scores": None}, {"test_scores": "high"},
+                                  _scores(None, 20.0), _scores("4", 20.0), _scores(True, 20.0),
+                                  _scores(float("nan"), 20.0), _scores(4.0, 20.0, base_chrf=None)])
+def test_quality_verdict_says_nothing_without_usable_scores(meta):
+    assert quality_verdict(meta) is None
+
+
+def test_quality_verdict_reads_what_record_scores_writes(tiny_checkpoints, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "en-de"
+    shutil.copytree(tiny_checkpoints / "en-de", ckpt)
+    record_scores(ckpt, _evaluation(12.34, 3.21))  # chrF 40.5 vs 30.25
+    level, text = quality_verdict(json.loads((ckpt / "config.json").read_text())["meta"])
+    assert level == "beats" and "12.3 / chrF 40.5" in text and "3.2 / 30.2" in text
