@@ -396,6 +396,10 @@ def step_batches(tc: TrainConfig, src_ids, tgt_ids, epoch: int) -> list[list[lis
 def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     """Run (or resume) training as configured; returns the run directory.
 
+    Raises:
+        FileExistsError: ``resume`` is False and ``run_dir`` already holds saved states (a fresh start would
+            overwrite the run's metrics and mix its states with the new ones).
+
     The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
     epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time) and ``step_*/`` states.
     """
@@ -421,6 +425,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
     states = list_states(run_dir)
+    if states and not resume:
+        raise FileExistsError(f"{run_dir} already holds a training run (last state {states[-1].name}); pass --resume to "
+                              "continue it, or choose another run directory (nothing was changed)")
     if resume and states:
         state = load_state_into(states[-1], model, opt)
         log(f"resumed from {states[-1]} (step {state['step']}, epoch {state['epoch']})")
@@ -591,39 +598,86 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+_VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", int), ("warmup_steps", int), ("lr_scale", float),
+                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
+                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
+                ("max_len", int), ("threads", int), ("upsample_sentences", int)]
+
+
+def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> TrainConfig:
+    """The configuration of a command line: the flags it gives, over the run's stored ``train_config.json``
+    when it resumes one (``stored``), over :class:`TrainConfig`'s defaults otherwise.
+
+    So ``--resume`` continues the run's own recipe (warmup, rate scale, data mix...) and only the flags given
+    change it (each change is then recorded by :func:`record_config_change`). ``model_overrides`` given with
+    ``--set`` are merged key by key into the stored ones.
+
+    Raises:
+        ValueError: no data directory (neither given nor stored), or a resume that gives another
+            ``direction`` or ``preset`` than the run was trained with (the weights belong to them).
+    """
+    base = asdict(TrainConfig("", ""))
+    if stored:
+        for key in ("direction", "preset"):
+            if given.get(key) is not None and stored.get(key) is not None and given[key] != stored[key]:
+                raise ValueError(f"this run was trained with {key} {stored[key]!r}; it cannot be resumed with "
+                                 f"{key} {given[key]!r} (start a new run directory instead)")
+        base.update({k: v for k, v in stored.items() if k in base})
+    merged_overrides = dict(base.get("model_overrides") or {})
+    merged_overrides.update(given.get("model_overrides") or {})
+    base.update({k: v for k, v in given.items() if v is not None and k in base})
+    base["model_overrides"] = merged_overrides
+    base["adam_betas"] = tuple(base["adam_betas"])
+    if not base.get("data_dir"):
+        raise ValueError("no data directory: give --data DIR (a resumed run uses the one it was trained on)")
+    return TrainConfig(**base)
+
+
 def cli_main(argv: list[str]) -> int:
     """``aiayn train --data DIR --run DIR [--direction en-de] [--preset base] [--set d_model=256 ...]``.
 
-    Several processes: ``torchrun --nproc_per_node=N -m aiayn train --data DIR --run-dir DIR ...``
-    (``--run-dir``, not ``--run``, which torchrun's own parser rejects as ambiguous).
+    ``aiayn train --run DIR --resume [--flag value ...]`` continues a run with its stored configuration; only the
+    flags given change it (recorded in ``config_changes.jsonl``). Several processes: ``torchrun
+    --nproc_per_node=N -m aiayn train --data DIR --run-dir DIR ...`` (``--run-dir``, not ``--run``, which
+    torchrun's own parser rejects as ambiguous).
     """
     ap = argparse.ArgumentParser(prog="aiayn train", description="Train with the paper's recipe (Section 5). Use torchrun for several GPUs.")
-    ap.add_argument("--data", required=True, help="prepared data directory (train/valid.tsv, spm.model)")
+    ap.add_argument("--data", default=None, help="prepared data directory (train/valid.tsv, spm.model); "
+                    "a resumed run defaults to the one it was trained on")
     # "--run-dir" too: under torchrun, whose own parser takes "--run" for an ambiguous abbreviation of its
     # "--run-path" and refuses the command line ("torchrun ... -m aiayn train --run-dir DIR" works).
     ap.add_argument("--run", "--run-dir", dest="run", required=True, help="run directory (states, metrics.jsonl)")
-    ap.add_argument("--direction", default="en-de", choices=["en-de", "de-en"])
-    ap.add_argument("--preset", default="base")
+    ap.add_argument("--direction", default=None, choices=["en-de", "de-en"], help="default en-de")
+    ap.add_argument("--preset", default=None, help="default base")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="model config overrides, e.g. d_model=256 n_layers=6")
-    for name, typ in [("max_tokens", int), ("tokens_per_step", int), ("accumulation", int), ("warmup_steps", int), ("lr_scale", float),
-                      ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
-                      ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
-                      ("max_len", int), ("threads", int), ("upsample_sentences", int)]:
-        ap.add_argument("--" + name.replace("_", "-"), type=typ, default=getattr(TrainConfig("", ""), name))
-    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
-    ap.add_argument("--no-amp", action="store_true", help="no bf16 autocast on CUDA")
-    ap.add_argument("--amp-cpu", action="store_true", help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; 1.47x faster steps on the 2-core dev VM)")
-    ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly")
+    defaults = TrainConfig("", "")
+    for name, typ in _VALUE_FLAGS:
+        ap.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"default {getattr(defaults, name)}")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model (default off)")
+    ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast on CUDA (default on)")
+    ap.add_argument("--amp-cpu", action=argparse.BooleanOptionalAction, default=None,
+                    help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; 1.47x faster steps on the 2-core dev VM; default off)")
+    ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly, with its stored "
+                    "configuration; flags given change it and are recorded")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
     ap.add_argument("--export-average", type=int, default=5, help="average this many last states into --export")
     args = ap.parse_args(argv)
-    tc = TrainConfig(data_dir=args.data, run_dir=args.run, direction=args.direction, preset=args.preset,
-                     model_overrides=_parse_overrides(args.set), compile=args.compile, amp=not args.no_amp,
-                     amp_cpu=args.amp_cpu,
-                     **{k: getattr(args, k) for k in ["max_tokens", "tokens_per_step", "accumulation", "warmup_steps", "lr_scale", "epsilon_ls",
-                                                      "max_steps", "max_epochs", "max_minutes", "seed", "valid_every", "valid_bleu_sentences",
-                                                      "valid_beam_size", "save_every", "keep", "max_len", "threads", "upsample_sentences"]})
-    run = train(tc, resume=args.resume)
+    stored = None
+    cfg_file = Path(args.run).expanduser() / "train_config.json"
+    if args.resume and cfg_file.is_file():
+        stored = json.loads(cfg_file.read_text(encoding="utf-8"))
+    given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
+             "model_overrides": _parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
+             **{name: getattr(args, name) for name, _ in _VALUE_FLAGS}}
+    try:
+        tc = resolve_config(given, stored)
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        run = train(tc, resume=args.resume)
+    except FileExistsError as exc:
+        print(f"aiayn train: {exc}", file=sys.stderr)
+        return 2
     if args.export and _rank() == 0:
         out = export(run, args.export, last=args.export_average)
         print(f"exported {out}")

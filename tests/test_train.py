@@ -519,3 +519,60 @@ def test_resume_with_other_flags_is_recorded_and_reaches_the_card(tiny_data, tmp
     assert "from step 4: upsample_sentences 1 -> 2" in text
     assert "full-sentence pairs repeated 2 times" in text
     assert "keep" not in text.split("Changed when the run was resumed")[1].split("\n")[0]  # bookkeeping left out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command line: --resume keeps the run's recipe; a fresh start never overwrites a run
+# ---------------------------------------------------------------------------------------------------------
+def test_resolve_config_keeps_the_stored_recipe_and_applies_only_given_flags():
+    from dataclasses import asdict
+
+    from aiayn.train import resolve_config
+
+    stored = asdict(TrainConfig("/data/a", "/runs/x", direction="de-en", preset="tiny", model_overrides={"d_model": 64, "dropout": 0.1},
+                                warmup_steps=400, lr_scale=0.4, accumulation=1, amp_cpu=True, upsample_sentences=8))
+    stored = json.loads(json.dumps(stored))  # as read back from train_config.json (tuples become lists)
+    none = {k: None for k in asdict(TrainConfig("", ""))}
+    tc = resolve_config({**none, "run_dir": "/runs/x", "max_steps": 50, "model_overrides": {"dropout": 0.2}}, stored)
+    assert (tc.warmup_steps, tc.lr_scale, tc.accumulation, tc.amp_cpu, tc.upsample_sentences) == (400, 0.4, 1, True, 8)
+    assert tc.direction == "de-en" and tc.data_dir == "/data/a" and tc.max_steps == 50
+    assert tc.model_overrides == {"d_model": 64, "dropout": 0.2}  # merged key by key
+    assert tc.adam_betas == (0.9, 0.98)
+    # a flag given explicitly wins, even when it equals the class default
+    assert resolve_config({**none, "run_dir": "/runs/x", "amp_cpu": False, "warmup_steps": 4000}, stored).amp_cpu is False
+    # without a stored run: the class defaults
+    fresh = resolve_config({**none, "run_dir": "/runs/y", "data_dir": "/data/b"}, None)
+    assert fresh == TrainConfig("/data/b", "/runs/y")
+    with pytest.raises(ValueError, match="direction 'de-en'.*cannot be resumed with direction 'en-de'"):
+        resolve_config({**none, "run_dir": "/runs/x", "direction": "en-de"}, stored)
+    with pytest.raises(ValueError, match="no data directory"):
+        resolve_config({**none, "run_dir": "/runs/y"}, None)
+
+
+def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_data, tmp_path, capsys):
+    from aiayn.train import cli_main, read_config_changes
+
+    run = tmp_path / "run"
+    first = ["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--set", "dropout=0.1", "--max-tokens", "512",
+             "--accumulation", "1", "--warmup-steps", "20", "--lr-scale", "0.5", "--max-steps", "3", "--save-every", "3",
+             "--valid-every", "10", "--valid-bleu-sentences", "0", "--threads", "1", "--seed", "7", "--upsample-sentences", "2"]
+    assert cli_main(first) == 0
+    stored = json.loads((run / "train_config.json").read_text())
+    # resume naming only the new step limit: the recipe (rate, warmup, data mix, model) is the run's own
+    assert cli_main(["--run", str(run), "--resume", "--max-steps", "5", "--save-every", "5"]) == 0
+    after = json.loads((run / "train_config.json").read_text())
+    assert {k: v for k, v in after.items() if after[k] != stored[k]} == {"max_steps": 5, "save_every": 5}
+    assert read_config_changes(run) == [{"step": 3, "changed": {"max_steps": [3, 5], "save_every": [3, 5]}}]
+    recs = read_metrics(run)
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5]
+    assert recs[-1]["lr"] == pytest.approx(0.5 * eq3(5, 64, 20), rel=1e-12)  # lr_scale 0.5 and warmup 20 kept
+    # a fresh start over the run is refused with a message, and nothing of the run changes
+    before = _snapshot(run)
+    assert cli_main(first) == 2
+    assert "already holds a training run" in capsys.readouterr().err
+    assert _snapshot(run) == before
+    # resuming in another direction is refused before anything is touched
+    with pytest.raises(SystemExit):
+        cli_main(["--run", str(run), "--resume", "--direction", "de-en"])
+    assert "cannot be resumed with direction" in capsys.readouterr().err
+    assert _snapshot(run) == before
