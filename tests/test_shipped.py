@@ -125,7 +125,7 @@ _BELOW_BASELINE = pytest.mark.xfail(strict=True, reason="CPU-trained model still
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("direction", [pytest.param("en-de", marks=_BELOW_BASELINE), pytest.param("de-en", marks=_BELOW_BASELINE)])
+@pytest.mark.parametrize("direction", ["en-de", pytest.param("de-en", marks=_BELOW_BASELINE)])
 def test_beats_the_dictionary_baseline_on_held_out_sentences(direction):
     from aiayn import Translator
     from aiayn.evaluate import evaluate_translator
