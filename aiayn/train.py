@@ -665,7 +665,12 @@ def cli_main(argv: list[str]) -> int:
     stored = None
     cfg_file = Path(args.run).expanduser() / "train_config.json"
     if args.resume and cfg_file.is_file():
-        stored = json.loads(cfg_file.read_text(encoding="utf-8"))
+        try:
+            stored = json.loads(cfg_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            ap.error(f"cannot resume: {cfg_file} is unreadable ({exc}); the run's recipe is stored there")
+        if not isinstance(stored, dict):
+            ap.error(f"cannot resume: {cfg_file} does not hold a training configuration")
     given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
              "model_overrides": _parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
              **{name: getattr(args, name) for name, _ in _VALUE_FLAGS}}

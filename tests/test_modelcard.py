@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from aiayn.checkpoint import read_config
 import pytest
 
+from aiayn.checkpoint import read_config
 from aiayn.modelcard import config_change_notes, quality_verdict, record_scores, render_card
 
 

@@ -576,3 +576,18 @@ def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_d
         cli_main(["--run", str(run), "--resume", "--direction", "de-en"])
     assert "cannot be resumed with direction" in capsys.readouterr().err
     assert _snapshot(run) == before
+
+
+@pytest.mark.parametrize("content", ['{"max_steps": 5', "[1, 2]"])
+def test_cli_resume_with_a_damaged_train_config_is_a_message(tmp_path, capsys, content):
+    from aiayn.train import cli_main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_config.json").write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["--run", str(run), "--resume"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "train_config.json" in err and "Traceback" not in err
+    assert (run / "train_config.json").read_text() == content  # left as it was
