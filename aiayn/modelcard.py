@@ -54,6 +54,12 @@ def _config_change_lines(changes: list[dict[str, Any]] | None, accumulation: int
             + "; ".join(f"from step {step}: {text}" for step, text in notes) + "."]
 
 
+def _short_path(path: str) -> str:
+    """The last two components of a path (``runs/en-de``): enough to name a run without the user's home."""
+    parts = Path(path).parts
+    return "/".join(parts[-2:]) if parts else path
+
+
 def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],
                 hardware: str, notes: str = "") -> str:
     """The Markdown text of the model card (pure: no I/O besides what is passed in)."""
@@ -64,7 +70,11 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     src, tgt = direction.split("-") if "-" in direction else ("?", "?")
     names = {"en": "English", "de": "German"}
     lines = [f"# Model card: aiayn {direction} ({names.get(src, src)} -> {names.get(tgt, tgt)})", ""]
-    lines += [f"A Transformer (Vaswani et al. 2017) trained from scratch with `aiayn` on the Ding German-English dictionary "
+    init_from = tc.get("init_from") or ""
+    start = (f"trained with `aiayn`, starting from the weights of the run `{_short_path(init_from)}` (warm start, "
+             "`--init-from`), on the Ding German-English dictionary" if init_from else
+             "trained from scratch with `aiayn` on the Ding German-English dictionary")
+    lines += [f"A Transformer (Vaswani et al. 2017) {start} "
               f"corpus. {config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
               "(`model.safetensors`), joint SentencePiece BPE vocabulary (`spm.model`).", ""]
     if notes:
@@ -96,6 +106,10 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
               f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step"
               + (f", full-sentence pairs repeated {tc['upsample_sentences']} times" if (tc.get('upsample_sentences') or 1) > 1 else "")
               + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "") + ".",
+              *([f"- Warm start: the weights (not the optimizer or schedule, which start at step 0) were copied from "
+                 f"`{_short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
+                 "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
+                 "Bojar 2018)."] if init_from else []),
               *_config_change_lines(meta.get("config_changes", []), tc.get("accumulation")),
               f"- Steps: {meta.get('step')} (epoch {meta.get('epoch')}), {meta.get('train_tokens', 0):,} target tokens seen, "
               f"wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",

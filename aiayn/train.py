@@ -98,6 +98,7 @@ class TrainConfig:
     threads: int = 0
     upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
     amp_cpu: bool = False  # bf16 autocast on CPU as well (CPUs with AVX512-BF16 or AMX; off by default)
+    init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
 
 
 def _is_dist() -> bool:
@@ -222,6 +223,42 @@ def list_states(run_dir: str | Path) -> list[Path]:
     """Saved run states of ``run_dir``, oldest first."""
     d = Path(run_dir)
     return sorted(p for p in d.glob("step_*") if p.is_dir() and (p / "trainer_state.json").is_file())
+
+
+def init_weights_from(source: str | Path, model: Transformer, spm_model: str | Path) -> Path:
+    """Warm start: copy the weights (only) of ``source`` into ``model``; returns the weights file used.
+
+    ``source`` is a run directory (its last state), a run state ``step_*/`` or a checkpoint directory. The
+    optimizer, schedule and data position start fresh (step 0). The source may have been trained in the other
+    direction: with one joint vocabulary (Section 5.1) every tensor has the same shape, and a parent model
+    trained on related data is a known head start for a data-poor child (transfer learning for NMT: Zoph et al.
+    2016; Kocmi and Bojar 2018, who also reverse the direction). Not part of the paper's recipe.
+
+    Raises:
+        FileNotFoundError: ``source`` holds no weights.
+        ValueError: its SentencePiece model differs from ``spm_model`` (the token ids would mean other pieces),
+            or its tensors do not fit ``model`` (another d_model, N, vocabulary size...).
+    """
+    src = Path(source).expanduser()
+    if (src / "train_config.json").is_file() and list_states(src):
+        spm_dir, weights_dir = src, list_states(src)[-1]
+    else:
+        spm_dir = src.parent if (src / "trainer_state.json").is_file() else src
+        weights_dir = src
+    weights_file = weights_dir / "model.safetensors"
+    if not weights_file.is_file():
+        raise FileNotFoundError(f"--init-from {src}: no model.safetensors there (give a run, run state or checkpoint directory)")
+    their_spm = spm_dir / "spm.model"
+    if their_spm.is_file() and their_spm.read_bytes() != Path(spm_model).read_bytes():
+        raise ValueError(f"--init-from {src}: its vocabulary ({their_spm}) differs from this run's ({spm_model}); "
+                         "token ids would mean other pieces")
+    weights = load_state(weights_file)
+    try:
+        model.load_state_dict({k: v.float() for k, v in weights.items()})
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        raise ValueError(f"--init-from {src}: its weights do not fit this model ({first[1].strip() if len(first) > 1 else first[0]})") from None
+    return weights_file
 
 
 def load_state_into(path: Path, model: Transformer, opt: torch.optim.Optimizer) -> dict[str, Any]:
@@ -438,7 +475,11 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
             dropped = _truncate_metrics(run_dir / "metrics.jsonl", state["step"])
             if dropped:
                 log(f"dropped {dropped} metrics records logged after step {state['step']} (they will be logged again)")
-    elif rank == 0:
+    else:
+        if tc.init_from:
+            used = init_weights_from(tc.init_from, model, data_dir / "spm.model")
+            log(f"initialised the weights from {used} (warm start; optimizer and schedule start at step 0)")
+    if rank == 0 and not (resume and states):
         (run_dir / "train_config.json").write_text(json.dumps(asdict(tc), indent=2))
         (run_dir / "metrics.jsonl").write_text("")
         shutil.copyfile(data_dir / "spm.model", run_dir / "spm.model")
@@ -657,6 +698,8 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast on CUDA (default on)")
     ap.add_argument("--amp-cpu", action=argparse.BooleanOptionalAction, default=None,
                     help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; 1.47x faster steps on the 2-core dev VM; default off)")
+    ap.add_argument("--init-from", default=None, metavar="DIR", help="warm start a new run from the weights of a run, "
+                    "run state or checkpoint with the same shape and vocabulary (e.g. the other direction's run); default off")
     ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly, with its stored "
                     "configuration; flags given change it and are recorded")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
@@ -673,6 +716,7 @@ def cli_main(argv: list[str]) -> int:
             ap.error(f"cannot resume: {cfg_file} does not hold a training configuration")
     given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
              "model_overrides": _parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
+             "init_from": args.init_from,
              **{name: getattr(args, name) for name, _ in _VALUE_FLAGS}}
     try:
         tc = resolve_config(given, stored)
@@ -680,7 +724,7 @@ def cli_main(argv: list[str]) -> int:
         ap.error(str(exc))
     try:
         run = train(tc, resume=args.resume)
-    except FileExistsError as exc:
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:
         print(f"aiayn train: {exc}", file=sys.stderr)
         return 2
     if args.export and _rank() == 0:

@@ -96,3 +96,18 @@ def test_quality_verdict_reads_what_record_scores_writes(tiny_checkpoints, tmp_p
     record_scores(ckpt, _evaluation(12.34, 3.21))  # chrF 40.5 vs 30.25
     level, text = quality_verdict(json.loads((ckpt / "config.json").read_text())["meta"])
     assert level == "beats" and "12.3 / chrF 40.5" in text and "3.2 / 30.2" in text
+
+
+def test_card_says_a_warm_started_model_was_not_trained_from_scratch(tiny_checkpoints, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "de-en"
+    shutil.copytree(tiny_checkpoints / "de-en", ckpt)
+    assert "trained from scratch" in render_card(ckpt, None, None, [], "cpu")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.setdefault("meta", {}).setdefault("train_config", {})["init_from"] = "/home/someone/.cache/aiayn/runs/en-de"
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    text = render_card(ckpt, None, None, [], "cpu")
+    assert "trained from scratch" not in text
+    assert "starting from the weights of the run `runs/en-de`" in text and "- Warm start:" in text
+    assert "/home/someone" not in text  # the user's home stays out of a shipped card
