@@ -714,6 +714,9 @@ def cli_main(argv: list[str]) -> int:
             ap.error(f"cannot resume: {cfg_file} is unreadable ({exc}); the run's recipe is stored there")
         if not isinstance(stored, dict):
             ap.error(f"cannot resume: {cfg_file} does not hold a training configuration")
+    if args.init_from and args.resume and list_states(Path(args.run).expanduser()):
+        ap.error("--init-from starts a new run from another run's weights; this run already has states, so --resume "
+                 "continues from its own (drop --init-from, or choose a new run directory)")
     given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
              "model_overrides": _parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
              "init_from": args.init_from,

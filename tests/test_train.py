@@ -648,3 +648,9 @@ def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_
         err = capsys.readouterr().err
         assert message in err and str(init) in err and "Traceback" not in err
         assert not list_states(child) and not (child / "train_config.json").exists()
+    # a run that has states continues from its own weights: --init-from with --resume is refused, untouched
+    before = _snapshot(en_de_parent)
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["--run", str(en_de_parent), "--resume", "--init-from", str(other_shape)])
+    assert exc.value.code == 2 and "--init-from starts a new run" in capsys.readouterr().err
+    assert _snapshot(en_de_parent) == before
