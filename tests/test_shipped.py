@@ -119,13 +119,8 @@ def test_attention_of_shipped_model_is_complete(shipped):
 SAMPLE = Path(__file__).parent / "fixtures" / "ding_test_sample.json"
 
 
-# Strict xfail while a shipped model is below the baseline (issue 3 open): the day a retrained model beats it,
-# the test XPASSes, fails, and the mark must go.
-_BELOW_BASELINE = pytest.mark.xfail(strict=True, reason="CPU-trained model still below the dictionary baseline (issue 3 open)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("direction", ["en-de", pytest.param("de-en", marks=_BELOW_BASELINE)])
+@pytest.mark.parametrize("direction", ["en-de", "de-en"])
 def test_beats_the_dictionary_baseline_on_held_out_sentences(direction):
     from aiayn import Translator
     from aiayn.evaluate import evaluate_translator
