@@ -147,22 +147,32 @@ def load_checkpoint(
     config = read_config(d)
     state = load_state(d / WEIGHTS_FILE)
     model = Transformer(config["model_config"])
+    load_weights_into(model, state, d / WEIGHTS_FILE, against=str(d / CONFIG_FILE))
+    model.to(device=device, dtype=dtype).eval()
+    return model, config
+
+
+def load_weights_into(model: Transformer, state: dict[str, torch.Tensor], source: str | Path, *, against: str = "this model") -> None:
+    """Check that ``state`` (tensors read from ``source``) fits ``model`` exactly, then copy it in as float32.
+
+    Raises:
+        ValueError: a tensor name is missing or foreign, a shape differs (another d_model, N, vocabulary size...)
+            or a value is NaN/infinite; the message names ``source`` and what it was checked ``against``.
+    """
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise ValueError(
-            f"{d / WEIGHTS_FILE} does not match {d / CONFIG_FILE}: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            f"{source} does not match {against}: missing {missing[:5]}, unexpected {unexpected[:5]}"
             " (a foreign or mismatched weights file)"
         )
     for key, value in expected.items():
         if tuple(state[key].shape) != tuple(value.shape):
-            raise ValueError(f"{d / WEIGHTS_FILE}: {key} has shape {tuple(state[key].shape)}, config expects {tuple(value.shape)}")
+            raise ValueError(f"{source}: {key} has shape {tuple(state[key].shape)}, {against} expects {tuple(value.shape)}")
         if not torch.isfinite(state[key].float()).all():
-            raise ValueError(f"{d / WEIGHTS_FILE}: {key} holds NaN or infinite values")
+            raise ValueError(f"{source}: {key} holds NaN or infinite values")
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
-    model.to(device=device, dtype=dtype).eval()
-    return model, config
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:

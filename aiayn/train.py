@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-from .checkpoint import average_checkpoints, load_state, save_checkpoint
+from .checkpoint import average_checkpoints, load_state, load_weights_into, save_checkpoint
 from .config import TransformerConfig
 from .model import Transformer
 
@@ -225,6 +225,10 @@ def list_states(run_dir: str | Path) -> list[Path]:
     return sorted(p for p in d.glob("step_*") if p.is_dir() and (p / "trainer_state.json").is_file())
 
 
+class WarmStartError(ValueError):
+    """``--init-from`` names something that cannot start this run (no weights, another vocabulary or shape)."""
+
+
 def init_weights_from(source: str | Path, model: Transformer, spm_model: str | Path) -> Path:
     """Warm start: copy the weights (only) of ``source`` into ``model``; returns the weights file used.
 
@@ -235,29 +239,28 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     2016; Kocmi and Bojar 2018, who also reverse the direction). Not part of the paper's recipe.
 
     Raises:
-        FileNotFoundError: ``source`` holds no weights.
-        ValueError: its SentencePiece model differs from ``spm_model`` (the token ids would mean other pieces),
-            or its tensors do not fit ``model`` (another d_model, N, vocabulary size...).
+        WarmStartError: ``source`` holds no readable weights, its SentencePiece model differs from ``spm_model``
+            (the token ids would mean other pieces), or its tensors do not fit ``model`` (another d_model, N,
+            vocabulary size...).
     """
     src = Path(source).expanduser()
-    if (src / "train_config.json").is_file() and list_states(src):
-        spm_dir, weights_dir = src, list_states(src)[-1]
+    states = list_states(src) if (src / "train_config.json").is_file() else []
+    if states:
+        spm_dir, weights_dir = src, states[-1]
     else:
         spm_dir = src.parent if (src / "trainer_state.json").is_file() else src
         weights_dir = src
     weights_file = weights_dir / "model.safetensors"
     if not weights_file.is_file():
-        raise FileNotFoundError(f"--init-from {src}: no model.safetensors there (give a run, run state or checkpoint directory)")
+        raise WarmStartError(f"--init-from {src}: no model.safetensors there (give a run, run state or checkpoint directory)")
     their_spm = spm_dir / "spm.model"
     if their_spm.is_file() and their_spm.read_bytes() != Path(spm_model).read_bytes():
-        raise ValueError(f"--init-from {src}: its vocabulary ({their_spm}) differs from this run's ({spm_model}); "
-                         "token ids would mean other pieces")
-    weights = load_state(weights_file)
+        raise WarmStartError(f"--init-from {src}: its vocabulary ({their_spm}) differs from this run's ({spm_model}); "
+                             "token ids would mean other pieces")
     try:
-        model.load_state_dict({k: v.float() for k, v in weights.items()})
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        raise ValueError(f"--init-from {src}: its weights do not fit this model ({first[1].strip() if len(first) > 1 else first[0]})") from None
+        load_weights_into(model, load_state(weights_file), weights_file, against="this run's model")
+    except ValueError as exc:
+        raise WarmStartError(f"--init-from {src}: its weights do not fit ({exc})") from None
     return weights_file
 
 
@@ -727,7 +730,7 @@ def cli_main(argv: list[str]) -> int:
         ap.error(str(exc))
     try:
         run = train(tc, resume=args.resume)
-    except (FileExistsError, FileNotFoundError, ValueError) as exc:
+    except (FileExistsError, WarmStartError) as exc:
         print(f"aiayn train: {exc}", file=sys.stderr)
         return 2
     if args.export and _rank() == 0:

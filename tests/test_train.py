@@ -654,3 +654,15 @@ def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_
         cli_main(["--run", str(en_de_parent), "--resume", "--init-from", str(other_shape)])
     assert exc.value.code == 2 and "--init-from starts a new run" in capsys.readouterr().err
     assert _snapshot(en_de_parent) == before
+
+
+def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
+    """A bad --init-from is a message (above); any other error inside training keeps its traceback."""
+    import aiayn.train as T
+
+    def broken(tc, resume=False):
+        raise ValueError("a bug deep inside training")
+
+    monkeypatch.setattr(T, "train", broken)
+    with pytest.raises(ValueError, match="a bug deep inside training"):
+        T.cli_main(["--data", str(tmp_path), "--run", str(tmp_path / "run")])
