@@ -2,7 +2,7 @@
 checkpoint's ``config.json`` / ``MODEL_CARD.md``: the model is not loaded and torch not imported here).
 
 Run with ``streamlit run app.py``. Pages live in ``pages/`` (legacy auto-discovery); the sidebar is drawn by
-:func:`aiayn.ui.setup_page`.
+:func:`aiayn.app.setup_page`.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from aiayn import ui
-from aiayn.modelcard import quality_verdict
+from aiayn import app as ui
+from aiayn.evaluation.modelcard import quality_verdict
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 

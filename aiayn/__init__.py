@@ -9,7 +9,7 @@ Public API::
     t = tr.translate("The cat sat on the mat.", beam_size=4, length_penalty=0.6)
 
 The public names are imported lazily, on first access (PEP 562 module ``__getattr__``): ``import aiayn``
-(and ``from aiayn import ui``) does not import torch, so the app's first page renders before torch is
+(and ``from aiayn import app``) does not import torch, so the app's first page renders before torch is
 loaded. ``from aiayn import Transformer`` and ``aiayn.Transformer`` work as usual.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 #: public name -> (submodule, attribute or None for the submodule itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "TransformerConfig": (".config", "TransformerConfig"),
-    "Transformer": (".model", "Transformer"),
-    "AttentionMaps": (".maps", "AttentionMaps"),
+    "TransformerConfig": (".model.config", "TransformerConfig"),
+    "Transformer": (".model.transformer", "Transformer"),
+    "AttentionMaps": (".model.maps", "AttentionMaps"),
     "Translator": (".translator", "Translator"),
     "Translation": (".translator", "Translation"),
     "interop": (".interop", None),
@@ -32,9 +32,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from . import interop
-    from .config import TransformerConfig
-    from .maps import AttentionMaps
-    from .model import Transformer
+    from .model.config import TransformerConfig
+    from .model.maps import AttentionMaps
+    from .model.transformer import Transformer
     from .translator import Translation, Translator
 
 

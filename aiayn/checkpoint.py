@@ -16,8 +16,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import TransformerConfig
-from .model import Transformer
+from .model.config import TransformerConfig
+from .model.transformer import Transformer
 
 FORMAT = "aiayn-checkpoint"
 FORMAT_VERSION = 1

@@ -6,7 +6,7 @@ output length = input length + 50, stopping early when possible (a sentence is d
 ``beam_size`` finished hypotheses, as in fairseq).
 
 With ``use_cache=True`` each step feeds only the newest token: decoder self-attention keys/values of
-earlier positions are kept in a :class:`~aiayn.model.DecoderCache` and encoder keys/values for the
+earlier positions are kept in a :class:`~aiayn.model.transformer.DecoderCache` and encoder keys/values for the
 cross-attention are projected once. With ``use_cache=False`` every step recomputes the whole prefix. Both
 give the same hypotheses.
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .maps import AttentionMaps
-from .model import EncoderOutput, Transformer
+from .model.maps import AttentionMaps
+from .model.transformer import EncoderOutput, Transformer
 
 
 @dataclass

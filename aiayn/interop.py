@@ -18,8 +18,8 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .model import Transformer
+from .model.attention import MultiHeadAttention
+from .model.transformer import Transformer
 
 
 def _copy_mha(dst: nn.MultiheadAttention, src: MultiHeadAttention) -> None:
@@ -70,7 +70,7 @@ class TorchTransformerReference(nn.Module):
         if cfg.share_embeddings:
             self.generator.weight = self.src_embedding.weight
         if cfg.positional == "sinusoidal":
-            from .positional import sinusoidal_encoding
+            from .model.positional import sinusoidal_encoding
 
             self.register_buffer("src_pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
             self.tgt_pe = None

@@ -18,8 +18,8 @@ import torch
 
 from .checkpoint import SPM_FILE, load_checkpoint
 from .decoding import Hypothesis, beam_search
-from .maps import AttentionMaps
-from .model import Transformer
+from .model.maps import AttentionMaps
+from .model.transformer import Transformer
 from .tokenizer import Tokenizer
 
 #: where the shipped checkpoints live (a checkout or an editable install); AIAYN_CHECKPOINTS overrides.
@@ -94,7 +94,7 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
 
 
 class Translator:
-    """Translate with a trained :class:`~aiayn.model.Transformer` and its SentencePiece model.
+    """Translate with a trained :class:`~aiayn.model.transformer.Transformer` and its SentencePiece model.
 
     Build with :meth:`load` (a checkpoint directory) or directly from a model and tokenizer.
     """

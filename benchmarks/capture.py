@@ -1,5 +1,5 @@
 """Capture cost: a teacher-forced forward returning every attention map (``return_attention=True``, the
-explicit ``softmax(QK^T / sqrt(d_k))`` path of :mod:`aiayn.attention`) vs one returning none (the fused
+explicit ``softmax(QK^T / sqrt(d_k))`` path of :mod:`aiayn.model.attention`) vs one returning none (the fused
 ``F.scaled_dot_product_attention`` path). Eval mode, ``torch.inference_mode``; bf16 autocast on GPU.
 
 Cases: ``single``, one sentence pair of 24 x 24 positions (what the app does for each sentence);

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from aiayn.config import TransformerConfig
+from aiayn.model.config import TransformerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "spm.model")

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from aiayn.config import TransformerConfig
+from aiayn.model.config import TransformerConfig
 from aiayn.decoding import beam_search
-from aiayn.model import Transformer
+from aiayn.model.transformer import Transformer
 
 from .timing import Stats, repeat
 

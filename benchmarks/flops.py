@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aiayn.config import TransformerConfig
+from aiayn.model.config import TransformerConfig
 
 #: Dense bf16 tensor-core peak (TFLOP/s, no sparsity) by GPU name; matched case-insensitively, first hit
 #: wins, so more specific names come first. Sources: NVIDIA H100/H200 datasheets (H100 SXM 989.4,

@@ -4,7 +4,7 @@ One step = forward + label-smoothed loss (Section 5.4, eps_ls = 0.1) + backward 
 on the same batches for both models, timed in alternation. Throughput is in target tokens per second
 (the unit of ``aiayn train``'s ``tokens_per_s``). CPU: fp32; GPU: bf16 autocast. On a CPU with bf16 support
 (AVX512-BF16 / AMX) a third variant, ``aiayn_bf16``, runs our model under the autocast of ``aiayn train --amp-cpu``
-(:func:`aiayn.train.autocast_for`), timed in the same alternation, for the bf16 / fp32 ratio.
+(:func:`aiayn.training.autocast_for`), timed in the same alternation, for the bf16 / fp32 ratio.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from aiayn.config import TransformerConfig
+from aiayn.model.config import TransformerConfig
 from aiayn.interop import to_torch_transformer
-from aiayn.model import Transformer
-from aiayn.train import TrainConfig, autocast_for, label_smoothed_loss
+from aiayn.model.transformer import Transformer
+from aiayn.training import TrainConfig, autocast_for, label_smoothed_loss
 
 from .flops import gpu_bf16_peak_tflops, mfu, training_flops
 from .timing import Stats, interleaved, synchronize

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from aiayn import ui
+from aiayn import app as ui
 from aiayn.analysis import bundle_maps, check_text, unique_labels
 from aiayn.figures.attention import attention_heatmap, query_labels
-from aiayn.modelcard import quality_verdict
+from aiayn.evaluation.modelcard import quality_verdict
 
 DEFAULTS = {"en-de": "I have no time.", "de-en": "Ich habe keine Zeit."}
 BEAM_MAX = 16

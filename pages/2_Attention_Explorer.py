@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from aiayn import ui
+from aiayn import app as ui
 from aiayn.analysis import bundle_maps, check_text, head_stats, kind_labels, view_stack
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap, head_stats_figure, model_view, topk_bar
-from aiayn.maps import KIND_TITLES
+from aiayn.model.maps import KIND_TITLES
 
 #: curated sentences per direction: (sentence, reference translation, what to look for)
 EXAMPLES: dict[str, list[tuple[str, str, str]]] = {
@@ -166,7 +166,7 @@ def _track_tab() -> None:
 @st.fragment
 def view(b: dict) -> None:
     """Controls (kind, layer, head, words, specials, values; all in the URL), the four tabs and the
-    downloads for one sentence bundle ``b`` (:func:`aiayn.ui.sentence_bundle`)."""
+    downloads for one sentence bundle ``b`` (:func:`aiayn.app.sentence_bundle`)."""
     # Widgets of a tab that is not drawn in a run would lose their value (Streamlit drops the state of
     # widgets not seen in a run): re-store it, so the step and the mapped statistic survive a tab change.
     for key in ("step", "stat_metric"):

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aiayn import lessons, ui
+from aiayn import lessons
+from aiayn import app as ui
 from aiayn.figures import labs
 
 MAX_SIM = 256  # positions in the similarity matrix (P x P cells)

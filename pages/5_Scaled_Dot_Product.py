@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aiayn import lessons, ui
+from aiayn import lessons
+from aiayn import app as ui
 from aiayn.figures import labs
 
 SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -71,7 +72,7 @@ ui.download_buttons(df, df.to_json(orient="records"), "softmax_sharpness")
 # -- 3. by hand ------------------------------------------------------------------------------------------------
 st.header("3 · Equation 1 step by step")
 st.markdown("Edit the queries, keys and values (add or delete rows: each row is one token). Every step is computed "
-            "here with numpy and compared with `aiayn.attention.scaled_dot_product_attention`, the function the model uses.")
+            "here with numpy and compared with `aiayn.model.attention.scaled_dot_product_attention`, the function the model uses.")
 q0 = pd.DataFrame([[1.0, 0.0, 1.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0]], columns=["d1", "d2", "d3"])
 k0 = pd.DataFrame([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 2.0]], columns=["d1", "d2", "d3"])
 v0 = pd.DataFrame([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, -1.0]], columns=["v1", "v2"])
@@ -120,10 +121,10 @@ ui.show_figure(labs.matrix_figure(res.output, title="⑤ weights × V = output",
                                   col_labels=[f"v{j}" for j in range(res.output.shape[1])], colorscale=ctx.colorscale,
                                   presenter=ctx.presenter), key="m_output", filename="eq1_output")
 if res.max_abs_diff < 1e-5:
-    st.success(f"Equal to `aiayn.attention.scaled_dot_product_attention`: largest difference {res.max_abs_diff:.1e} "
+    st.success(f"Equal to `aiayn.model.attention.scaled_dot_product_attention`: largest difference {res.max_abs_diff:.1e} "
                "(the library computes the softmax in float32).", icon="✅")
 else:
-    st.error(f"Differs from `aiayn.attention.scaled_dot_product_attention` by {res.max_abs_diff:.3g}.", icon="❌")
+    st.error(f"Differs from `aiayn.model.attention.scaled_dot_product_attention` by {res.max_abs_diff:.3g}.", icon="❌")
 ui.download_buttons(
     lambda: pd.DataFrame([{"query": qi[i], "key": ki[j], "QK^T": res.scores[i, j], "scaled": res.scaled[i, j],
                            "masked": res.masked[i, j], "weight": res.weights[i, j]} for i in range(len(qi)) for j in range(len(ki))]),

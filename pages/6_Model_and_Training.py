@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aiayn import lessons, ui
-from aiayn.config import TransformerConfig
+from aiayn import lessons
+from aiayn import app as ui
+from aiayn.model.config import TransformerConfig
 from aiayn.figures import labs
-from aiayn.modelcard import config_change_notes
+from aiayn.evaluation.modelcard import config_change_notes
 
 
 @st.cache_data(max_entries=16, show_spinner="Counting parameters…")

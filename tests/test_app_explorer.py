@@ -185,7 +185,7 @@ def test_curated_example_fills_the_form(checkpoints):
 
 
 def test_presenter_mode_large_type_and_cividis(checkpoints):
-    from aiayn import ui
+    from aiayn import app as ui
 
     at = run()
     normal = charts(at)["head_view"]

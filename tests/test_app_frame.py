@@ -6,7 +6,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from aiayn import ui
+from aiayn import app as ui
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
@@ -91,7 +91,7 @@ def test_presenter_mode_switches_colour_scale(checkpoints):
 def test_overview_compares_test_scores_with_the_dictionary_baseline(tmp_path, monkeypatch, tiny_checkpoints):
     import shutil
 
-    from aiayn.modelcard import record_scores
+    from aiayn.evaluation.modelcard import record_scores
 
     root = tmp_path / "ckpts"
     shutil.copytree(tiny_checkpoints, root)

@@ -169,7 +169,7 @@ def test_scaled_page_controls_and_url(checkpoints):
     sharp = chart(at, "sharpness")
     assert sharp["data"][0]["x"].tolist() == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     assert [s["y0"] for s in sharp["layout"]["shapes"]] == pytest.approx([np.log(32)])  # n_keys from the URL
-    assert "Equal to `aiayn.attention.scaled_dot_product_attention`" in " ".join(s.value for s in at.success)
+    assert "Equal to `aiayn.model.attention.scaled_dot_product_attention`" in " ".join(s.value for s in at.success)
 
 
 def test_scaled_page_steps_match_the_library(checkpoints):

@@ -167,7 +167,7 @@ def test_test_scores_are_shown_beside_the_translation(tmp_path, monkeypatch, tin
     """A weak model's output must not pass for a translation: the page says how it compares with the baseline."""
     import shutil
 
-    from aiayn.modelcard import record_scores
+    from aiayn.evaluation.modelcard import record_scores
 
     root = tmp_path / "ckpts"
     shutil.copytree(tiny_checkpoints, root)

@@ -1,4 +1,4 @@
-"""Tests for aiayn.attention: Equation 1 and multi-head attention (Section 3.2), fast path vs capture path.
+"""Tests for aiayn.model.attention: Equation 1 and multi-head attention (Section 3.2), fast path vs capture path.
 
 References are computed by hand here (explicit loops / softmax) or by ``torch.nn.MultiheadAttention``.
 """
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.attention import MultiHeadAttention, scaled_dot_product_attention
+from aiayn.model.attention import MultiHeadAttention, scaled_dot_product_attention
 
 
 @pytest.fixture(scope="module", autouse=True)

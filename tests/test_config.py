@@ -1,4 +1,4 @@
-"""Tests for aiayn.config: the paper's presets (Table 3), parameter counts, validation, JSON round trip.
+"""Tests for aiayn.model.config: the paper's presets (Table 3), parameter counts, validation, JSON round trip.
 
 Parameter counts are computed here independently from the architecture (Sections 3.1-3.4) and checked
 against the paper's Table 3 ("base" 65M, "big" 213M with a 37000-piece shared vocabulary).

@@ -12,7 +12,7 @@ import torch
 
 from aiayn import Transformer, TransformerConfig
 from aiayn.decoding import beam_search, greedy_decode
-from aiayn.train import label_smoothed_loss
+from aiayn.training import label_smoothed_loss
 
 V, PAD, BOS, EOS = 20, 0, 2, 3
 STEPS, BATCH, LR, WARMUP = 300, 64, 2e-3, 40

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from aiayn.evaluate import cli_main, evaluate_translator, read_split, score
+from aiayn.evaluation.scoring import cli_main, evaluate_translator, read_split, score
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 
 from aiayn import Transformer, TransformerConfig, lessons
 from aiayn.decoding import greedy_decode
-from aiayn.train import label_smoothed_loss
+from aiayn.training import label_smoothed_loss
 
 
 def small_model(seed: int = 0, **overrides) -> Transformer:

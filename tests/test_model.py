@@ -12,7 +12,7 @@ import torch
 
 from aiayn import Transformer, TransformerConfig
 from aiayn.decoding import beam_search, greedy_decode
-from aiayn.positional import sinusoidal_encoding
+from aiayn.model.positional import sinusoidal_encoding
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():

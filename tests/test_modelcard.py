@@ -6,7 +6,7 @@ import json
 import pytest
 
 from aiayn.checkpoint import read_config
-from aiayn.modelcard import config_change_notes, quality_verdict, record_scores, render_card
+from aiayn.evaluation.modelcard import config_change_notes, quality_verdict, record_scores, render_card
 
 
 def _evaluation(bleu: float, base: float) -> dict:

@@ -123,7 +123,7 @@ SAMPLE = Path(__file__).parent / "fixtures" / "ding_test_sample.json"
 @pytest.mark.parametrize("direction", ["en-de", "de-en"])
 def test_beats_the_dictionary_baseline_on_held_out_sentences(direction):
     from aiayn import Translator
-    from aiayn.evaluate import evaluate_translator
+    from aiayn.evaluation.scoring import evaluate_translator
 
     d = ckpt_dir(direction)
     sample = json.loads(SAMPLE.read_text(encoding="utf-8"))

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.numpy import load_file as np_load_file
 
-from aiayn.train import TrainConfig, label_smoothed_loss, list_states, noam_lr, save_state, step_batches, train
+from aiayn.training import TrainConfig, label_smoothed_loss, list_states, noam_lr, save_state, step_batches, train
 
 REPO = Path(__file__).resolve().parent.parent
 QUIET = lambda *a, **k: None  # noqa: E731  (train's log callback)
@@ -335,7 +335,7 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("exc", [OSError("No space left on device"), KeyboardInterrupt()])
 def test_failed_save_leaves_no_partial_state(tiny_data, tmp_path, monkeypatch, exc):
-    import aiayn.train as train_mod
+    import aiayn.training as train_mod
     from aiayn import Transformer, TransformerConfig
 
     run = tmp_path / "run"
@@ -378,7 +378,7 @@ def test_half_written_state_dir_is_not_listed(tmp_path):
 def test_step_batches_partition_global_batch(tiny_data, monkeypatch):
     """Rank r of W with accumulation a gets the r-th, (r+W)-th ... micro-batch of each group of a*W; the
     ranks' shares together are exactly one process's step with accumulation a*W."""
-    import aiayn.train as train_mod
+    import aiayn.training as train_mod
     from aiayn.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tiny_data / "spm.model")
@@ -450,7 +450,7 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
 
 
 def test_upsample_sentences_repeats_only_full_sentence_pairs():
-    from aiayn.train import upsample_sentences
+    from aiayn.training import upsample_sentences
 
     src = ["I have no time.", "house", "Where is the station?", "to be late"]
     tgt = ["Ich habe keine Zeit.", "Haus", "bahnhof", "sich verspäten"]  # third: target is no sentence
@@ -468,7 +468,7 @@ def test_upsample_sentences_repeats_only_full_sentence_pairs():
 # bf16 autocast on CPU (--amp-cpu)
 # ---------------------------------------------------------------------------------------------------------
 def test_autocast_for_picks_bf16_only_where_asked():
-    from aiayn.train import autocast_for
+    from aiayn.training import autocast_for
 
     cpu = torch.device("cpu")
     x = torch.randn(4, 8)
@@ -499,8 +499,8 @@ def test_resume_with_other_flags_is_recorded_and_reaches_the_card(tiny_data, tmp
     """Resuming with another data mix is allowed but recorded: config_changes.jsonl, train_config.json updated,
     the export's meta and the model card say what changed at which step; an unchanged resume records nothing."""
     from aiayn.checkpoint import read_config
-    from aiayn.modelcard import render_card
-    from aiayn.train import export, read_config_changes
+    from aiayn.evaluation.modelcard import render_card
+    from aiayn.training import export, read_config_changes
 
     run = tmp_path / "run"
     train(tiny_tc(tiny_data, run, max_steps=4, save_every=2), log=QUIET)
@@ -527,7 +527,7 @@ def test_resume_with_other_flags_is_recorded_and_reaches_the_card(tiny_data, tmp
 def test_resolve_config_keeps_the_stored_recipe_and_applies_only_given_flags():
     from dataclasses import asdict
 
-    from aiayn.train import resolve_config
+    from aiayn.training import resolve_config
 
     stored = asdict(TrainConfig("/data/a", "/runs/x", direction="de-en", preset="tiny", model_overrides={"d_model": 64, "dropout": 0.1},
                                 warmup_steps=400, lr_scale=0.4, accumulation=1, amp_cpu=True, upsample_sentences=8))
@@ -550,7 +550,7 @@ def test_resolve_config_keeps_the_stored_recipe_and_applies_only_given_flags():
 
 
 def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_data, tmp_path, capsys):
-    from aiayn.train import cli_main, read_config_changes
+    from aiayn.training import cli_main, read_config_changes
 
     run = tmp_path / "run"
     first = ["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--set", "dropout=0.1", "--max-tokens", "512",
@@ -580,7 +580,7 @@ def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_d
 
 @pytest.mark.parametrize("content", ['{"max_steps": 5', "[1, 2]"])
 def test_cli_resume_with_a_damaged_train_config_is_a_message(tmp_path, capsys, content):
-    from aiayn.train import cli_main
+    from aiayn.training import cli_main
 
     run = tmp_path / "run"
     run.mkdir()
@@ -606,7 +606,7 @@ def en_de_parent(tiny_data, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("source", ["run", "state", "checkpoint"])
 def test_init_from_copies_the_parent_weights_and_starts_a_fresh_schedule(tiny_data, en_de_parent, tmp_path, source):
-    from aiayn.train import export
+    from aiayn.training import export
 
     parent_state = list_states(en_de_parent)[-1]
     if source == "run":
@@ -632,7 +632,7 @@ def test_init_from_copies_the_parent_weights_and_starts_a_fresh_schedule(tiny_da
 
 
 def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_parent, tmp_path, capsys):
-    from aiayn.train import cli_main
+    from aiayn.training import cli_main
 
     other_vocab = tmp_path / "other_vocab"
     shutil.copytree(en_de_parent, other_vocab)
@@ -658,7 +658,7 @@ def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_
 
 def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
     """A bad --init-from is a message (above); any other error inside training keeps its traceback."""
-    import aiayn.train as T
+    import aiayn.training as T
 
     def broken(tc, resume=False):
         raise ValueError("a bug deep inside training")

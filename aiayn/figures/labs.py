@@ -324,7 +324,7 @@ def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False, marks: 
     """Loss (train, valid), BLEU and learning rate over steps from a metrics log (:func:`lessons.load_metrics`).
 
     ``marks``: ``[(step, text)]`` drawn as dotted vertical lines in every panel, labelled in the first, e.g. the
-    recipe changes of a resumed run (:func:`aiayn.modelcard.config_change_notes`).
+    recipe changes of a resumed run (:func:`aiayn.evaluation.modelcard.config_change_notes`).
     """
     fig = make_subplots(rows=1, cols=3, subplot_titles=("loss (nats / token)", "valid BLEU", "learning rate"))
     if "train_loss" in df:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn import ui
+from aiayn import app as ui
 
 from e2e_harness import REPO, page_url, screenshot, wait_ready
 

@@ -2,7 +2,7 @@
 
 CONTRACT used by every page (owned by the app-frame work; pages must only call these):
 
-    from aiayn import ui
+    from aiayn import app as ui
     ctx = ui.setup_page("Attention explorer", icon="🔍")   # page config, sidebar nav, direction, presenter mode, theme
     ctx.direction            # "en-de" | "de-en", shared by all pages, bound to the URL (?direction=...)
     ctx.presenter            # bool: large type, colour-blind-safe scales
@@ -101,7 +101,7 @@ def _stamp(path: Path) -> str:
 
 @st.cache_resource(show_spinner="Loading the model (once per server process)…", max_entries=6)
 def _load_translator(path: str, stamp: str):  # noqa: ARG001 - stamp is part of the cache key
-    from .translator import Translator
+    from ..translator import Translator
 
     return Translator.load(path)
 
@@ -133,7 +133,7 @@ class CheckpointInfo:
 
     Attributes:
         path: the checkpoint directory.
-        cfg: the :class:`~aiayn.config.TransformerConfig` of ``config.json["model"]``.
+        cfg: the :class:`~aiayn.model.config.TransformerConfig` of ``config.json["model"]``.
         meta: ``config.json["meta"]`` plus ``num_parameters`` and ``dtype`` from the top level (as
             :meth:`aiayn.translator.Translator.load` fills ``Translator.meta``).
     """
@@ -153,7 +153,7 @@ def checkpoint_info(direction: str) -> CheckpointInfo:
     Raises:
         ModelUnavailable: missing directory or file, invalid ``config.json`` (the message names the file).
     """
-    from .config import TransformerConfig  # plain dataclass, no torch
+    from ..model.config import TransformerConfig  # plain dataclass, no torch
 
     path = checkpoint_path(direction)
     if not path.is_dir():
@@ -554,7 +554,7 @@ def download_buttons(df, payload_json, stem: str, *, key: str | None = None) -> 
 @st.cache_data(max_entries=128, show_spinner="Running the model…")
 def _bundle(direction: str, ckpt: str, stamp: str, text: str, reference: str | None, beam_size: int,  # noqa: ARG001
             length_penalty: float, max_len: int | None, n_best: int) -> dict[str, Any]:
-    from .analysis import sentence_bundle
+    from ..analysis import sentence_bundle
 
     tr = load_translator(direction)
     return sentence_bundle(tr, text, reference=reference, beam_size=beam_size, length_penalty=length_penalty,

@@ -148,7 +148,7 @@ def evaluate_translator(
         "sentences_per_s": len(sources) / max(elapsed, 1e-9),
     }
     if lexicon is not None:
-        from .data import dictionary_baseline
+        from ..data import dictionary_baseline
 
         base = [dictionary_baseline(s, lexicon, src_lang=src_lang) for s in sources]
         result["baseline"] = score(base, references)
@@ -166,7 +166,7 @@ def read_split(data_dir: str | Path, split: str, direction: str) -> tuple[list[s
     Raises:
         FileNotFoundError: the file is missing. ValueError: bad direction, missing column, malformed TSV.
     """
-    from .data import read_tsv
+    from ..data import read_tsv
 
     if direction not in ("en-de", "de-en"):
         raise ValueError(f"direction must be 'en-de' or 'de-en', got {direction!r}")
@@ -190,8 +190,8 @@ def cli_main(argv: list[str]) -> int:
     """``aiayn evaluate --checkpoint DIR --data DIR [--split test] [--beam-size 4] [--alpha 0.6]
     [--batch-size 32] [--max-len N] [--limit N] [--out results.json] [--hypotheses]``; returns the exit code
     (0 ok, 2 bad input: missing/corrupt checkpoint or data, bad options)."""
-    from . import data as data_mod
-    from .translator import Translator
+    from .. import data as data_mod
+    from ..translator import Translator
 
     ap = argparse.ArgumentParser(prog="aiayn evaluate",
                                  description="sacreBLEU and chrF of a checkpoint on a held-out split (beam search, Section 6.1), "

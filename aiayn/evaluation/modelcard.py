@@ -33,7 +33,7 @@ _BOOKKEEPING = {"max_minutes", "max_steps", "max_epochs", "keep", "save_every", 
 
 def config_change_notes(changes: list[dict[str, Any]] | None, accumulation: int | None = None) -> list[tuple[int, str]]:
     """``[(step, "key old -> new, ...")]`` for the recipe changes made when a run was resumed with other flags
-    (``meta["config_changes"]`` of a checkpoint, written by :func:`aiayn.train.record_config_change`).
+    (``meta["config_changes"]`` of a checkpoint, written by :func:`aiayn.training.record_config_change`).
     Bookkeeping keys (time limit, saving, logging, threads, paths) are left out, and ``tokens_per_step`` when the
     run's ``accumulation`` is fixed (> 0: the step size does not use it); so are records with nothing else."""
     notes = []
@@ -148,7 +148,7 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
 def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:
     """Copy the test scores of an ``aiayn evaluate`` JSON into the checkpoint's ``config.json`` meta
     (``meta["test_scores"]``), so the app can show them without reading the card."""
-    from .checkpoint import CONFIG_FILE, _atomic_write_bytes
+    from ..checkpoint import CONFIG_FILE, _atomic_write_bytes
 
     path = Path(ckpt) / CONFIG_FILE
     config = json.loads(path.read_text())
@@ -204,7 +204,7 @@ def quality_verdict(meta: dict[str, Any] | None) -> tuple[str, str] | None:
 
 def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str | Path | None, hardware: str, notes: str = "") -> Path:
     """Render and write ``MODEL_CARD.md`` into ``ckpt`` (translating the everyday sample sentences live)."""
-    from .translator import Translator
+    from ..translator import Translator
 
     ckpt = Path(ckpt)
     evaluation = json.loads(Path(eval_path).read_text()) if eval_path else None

@@ -21,11 +21,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .attention import scaled_dot_product_attention
-from .config import TransformerConfig
-from .model import DecoderOutput, EncoderOutput, Transformer, causal_mask
-from .positional import frequencies, offset_matrix, sinusoidal_encoding, similarity_matrix
-from .train import noam_lr
+from ..model.attention import scaled_dot_product_attention
+from ..model.config import TransformerConfig
+from ..model.transformer import DecoderOutput, EncoderOutput, Transformer, causal_mask
+from ..model.positional import frequencies, offset_matrix, sinusoidal_encoding, similarity_matrix
+from ..training import noam_lr
 
 #: bounds that keep every lab fast (a page never builds more than these).
 MAX_PE_LENGTH = 2048
@@ -170,7 +170,7 @@ class OffsetLesson:
 
 
 def pe_offset_map(k: Any, length: int, d_model: int) -> OffsetLesson:
-    """Compute ``M_k`` (:func:`aiayn.positional.offset_matrix`) and verify it on every ``pos`` with
+    """Compute ``M_k`` (:func:`aiayn.model.positional.offset_matrix`) and verify it on every ``pos`` with
     ``0 <= pos, pos + k < length``.
 
     Raises:
@@ -280,7 +280,7 @@ def causal_mask_np(t: int) -> np.ndarray:
 
 def combined_mask(key_mask: np.ndarray) -> np.ndarray:
     """Decoder self-attention mask ``(B, T, T)``: causal AND the key is not padding (as in
-    :meth:`aiayn.model.Transformer.decode`)."""
+    :meth:`aiayn.model.transformer.Transformer.decode`)."""
     km = np.asarray(key_mask, dtype=bool)
     return causal_mask_np(km.shape[1])[None, :, :] & km[:, None, :]
 
@@ -295,7 +295,7 @@ def decode_with_self_mask(model: Transformer, tgt: Tensor, enc: EncoderOutput, *
         need_weights: return self/cross weights ``(L, B, H, T, T)`` / ``(L, B, H, T, S)`` and scores.
 
     Returns:
-        :class:`aiayn.model.DecoderOutput` (no cache). Call it on a model in eval mode (as
+        :class:`aiayn.model.transformer.DecoderOutput` (no cache). Call it on a model in eval mode (as
         :class:`aiayn.Translator` keeps it) so that no dropout is applied.
     """
     cfg = model.cfg
@@ -514,7 +514,7 @@ class AttentionSteps:
     Attributes:
         scores: ``Q K^T`` ``(T, S)``. scaled: ``/ sqrt(d_k)``. masked: ``-inf`` where ``mask`` is False.
         weights: row softmax ``(T, S)`` (rows with every key masked are 0). output: ``weights V`` ``(T, d_v)``.
-        reference_output / reference_weights: :func:`aiayn.attention.scaled_dot_product_attention` on the
+        reference_output / reference_weights: :func:`aiayn.model.attention.scaled_dot_product_attention` on the
         same input; max_abs_diff: the largest difference between the two (output and weights).
     """
 
@@ -684,7 +684,7 @@ def load_metrics(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
 
 
 def lr_schedule(d_model: Any, warmup_steps: Any, max_step: Any, lr_scale: float = 1.0, points: int = 400) -> pd.DataFrame:
-    """Equation 3 (:func:`aiayn.train.noam_lr`) sampled at up to ``points`` steps in ``[1, max_step]``,
+    """Equation 3 (:func:`aiayn.training.noam_lr`) sampled at up to ``points`` steps in ``[1, max_step]``,
     always including ``warmup_steps`` (the peak, ``d_model^-0.5 * warmup_steps^-0.5``).
 
     Raises:
@@ -704,7 +704,7 @@ def lr_schedule(d_model: Any, warmup_steps: Any, max_step: Any, lr_scale: float 
 
 def smoothed_target(vocab_size: Any, true_index: Any, epsilon_ls: Any) -> np.ndarray:
     """Label-smoothed target ``q = (1 - eps_ls) onehot(y) + eps_ls / V`` (Section 5.4), ``(V,)`` float64,
-    the distribution :func:`aiayn.train.label_smoothed_loss` trains against.
+    the distribution :func:`aiayn.training.label_smoothed_loss` trains against.
 
     Raises:
         LessonInputError: ``V < 2``, index out of range, ``eps_ls`` outside ``[0, 1)``.

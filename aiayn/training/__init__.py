@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-from .checkpoint import average_checkpoints, load_state, load_weights_into, save_checkpoint
-from .config import TransformerConfig
-from .model import Transformer
+from ..checkpoint import average_checkpoints, load_state, load_weights_into, save_checkpoint
+from ..model.config import TransformerConfig
+from ..model.transformer import Transformer
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def _world() -> int:
 # ----------------------------------------------------------------------------------------------------------
 def load_split(data_dir: str | Path, split: str, direction: str) -> tuple[list[str], list[str]]:
     """Source and target texts of ``{split}.tsv`` (columns ``de``, ``en``) for ``direction``."""
-    from .data import read_tsv
+    from ..data import read_tsv
 
     pairs = read_tsv(Path(data_dir) / f"{split}.tsv")
     src_lang, tgt_lang = direction.split("-")
@@ -137,7 +137,7 @@ def upsample_sentences(src: list[str], tgt: list[str], times: int) -> tuple[list
         raise ValueError(f"upsample_sentences must be >= 1, got {times}")
     if times == 1:
         return src, tgt
-    from .data import is_sentence
+    from ..data import is_sentence
 
     out_s, out_t = [], []
     for a, b in zip(src, tgt):
@@ -293,7 +293,7 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
     first ``n_bleu`` sentences (never teacher-forced argmax)."""
     import sacrebleu
 
-    from .decoding import beam_search
+    from ..decoding import beam_search
 
     was_training = model.training
     model.eval()
@@ -349,7 +349,7 @@ def record_config_change(run_dir: str | Path, step: int, tc: TrainConfig) -> dic
     if changed and old:
         with open(run_dir / "config_changes.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"step": int(step), "changed": changed}) + "\n")
-        from .data import _atomic_write_text
+        from ..data import _atomic_write_text
 
         _atomic_write_text(path, json.dumps(new, indent=2))
     return changed if old else {}
@@ -379,7 +379,7 @@ def _truncate_metrics(path: Path, last_step: int) -> int:
     keep = [ln for ln in lines if ln.strip() and before(ln)]
     dropped = sum(1 for ln in lines if ln.strip()) - len(keep)
     if dropped:
-        from .data import _atomic_write_text
+        from ..data import _atomic_write_text
 
         _atomic_write_text(path, "".join(ln + "\n" for ln in keep))
     return dropped
@@ -417,7 +417,7 @@ def step_batches(tc: TrainConfig, src_ids, tgt_ids, epoch: int) -> list[list[lis
     accumulation a see exactly the steps of one process with accumulation ``a * W`` (Section 5.1); with
     ``accumulation=0`` the micro-batches per step are derived from ``tokens_per_step`` and rounded to a
     multiple of the world size, so the global batch is only approximately independent of the world size."""
-    from .data import token_batches
+    from ..data import token_batches
 
     batches = token_batches(src_ids, tgt_ids, tc.max_tokens, seed=tc.seed, epoch=epoch)
     world, rank = _world(), _rank()
@@ -445,7 +445,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     """
     from tqdm import tqdm
 
-    from .tokenizer import Tokenizer
+    from ..tokenizer import Tokenizer
 
     device = _setup_distributed()
     if tc.threads > 0:
@@ -601,7 +601,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
         raise FileNotFoundError(f"no saved training state in {run_dir}")
     chosen = states[-last:]
     avg = average_checkpoints([p / "model.safetensors" for p in chosen])
-    from .checkpoint import read_config
+    from ..checkpoint import read_config
 
     cfg = read_config(chosen[-1])["model_config"]
     model = Transformer(cfg)

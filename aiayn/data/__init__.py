@@ -908,7 +908,7 @@ def prepare_pairs(
     Raises:
         ValueError: from :func:`make_splits` (e.g. too few pairs) or SentencePiece training.
     """
-    from .tokenizer import Tokenizer, train_sentencepiece
+    from ..tokenizer import Tokenizer, train_sentencepiece
 
     t0 = time.time() if started_at is None else started_at
     out = Path(out_dir).expanduser()

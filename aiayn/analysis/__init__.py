@@ -294,10 +294,10 @@ def sentence_bundle(
 
 
 def bundle_maps(bundle: dict[str, Any]):
-    """The bundle's maps as a B=1 :class:`~aiayn.maps.AttentionMaps` (for ``to_dataframe`` / ``to_json``)."""
+    """The bundle's maps as a B=1 :class:`~aiayn.model.maps.AttentionMaps` (for ``to_dataframe`` / ``to_json``)."""
     import torch
 
-    from .maps import AttentionMaps
+    from ..model.maps import AttentionMaps
 
     maps = AttentionMaps(**{k: torch.from_numpy(np.ascontiguousarray(bundle[k]))[:, None] for k in ("encoder", "decoder", "cross") if bundle.get(k) is not None})
     maps.src_tokens = [bundle["src_tokens"]]
@@ -321,7 +321,7 @@ def check_text(text: Any, *, max_chars: int = MAX_CHARS, what: str = "sentence")
         control characters only, not a string); messages explain every change made (cut to ``max_chars``,
         control/format characters replaced). Never raises.
     """
-    from .translator import clean_text
+    from ..translator import clean_text
 
     if not isinstance(text, str):
         return None, [f"The {what} must be text."]

@@ -1,0 +1,112 @@
+"""The layers of Section 3.1: the position-wise feed-forward network (Section 3.3, Eq. 2) and the encoder and
+decoder layers (two and three sub-layers, each wrapped in a residual connection and LayerNorm, Section 3.1;
+post-LN as in the paper, pre-LN with ``norm_first``). Dropout ``P_drop`` on each sub-layer output (Section 5.4).
+
+Shapes: B batch, S source length, T target length, D d_model. Masks are bool, True = may attend.
+"""
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import AttentionOutput, KVCache, MultiHeadAttention
+from .config import TransformerConfig
+
+
+class PositionwiseFeedForward(nn.Module):
+    """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (Equation 2, Section 3.3); ``(B, T, D) -> (B, T, D)``."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped in a residual connection and LayerNorm (Section 3.1).
+
+    Post-LN (paper): ``x = LayerNorm(x + Dropout(Sublayer(x)))``; pre-LN: ``x = x + Dropout(Sublayer(LayerNorm(x)))``.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None, need_weights: bool = False, need_scores: bool = False
+    ) -> tuple[Tensor, AttentionOutput]:
+        """``x`` ``(B, S, D)``, ``mask`` ``(B, 1, 1, S)`` -> ``(x', attention of this layer)``."""
+        h = self.norm1(x) if self.norm_first else x
+        att, _ = self.self_attn(h, None, mask, need_weights=need_weights, need_scores=need_scores)
+        x = x + self.dropout(att.output)
+        if not self.norm_first:
+            x = self.norm1(x)
+        h = self.norm2(x) if self.norm_first else x
+        x = x + self.dropout(self.ffn(h))
+        if not self.norm_first:
+            x = self.norm2(x)
+        return x, att
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, FFN; residual + LayerNorm around each (Section 3.1)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor | None,
+        self_mask: Tensor | None,
+        cross_mask: Tensor | None,
+        need_weights: bool = False,
+        need_scores: bool = False,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> tuple[Tensor, AttentionOutput, AttentionOutput, KVCache | None, KVCache | None]:
+        """``y`` ``(B, T, D)``, ``memory`` ``(B, S, D)`` (may be None when ``cross_cache`` is given).
+
+        Returns ``(y', self-attention, cross-attention, new self cache, cross cache)``.
+        """
+        h = self.norm1(y) if self.norm_first else y
+        sa, self_cache = self.self_attn(
+            h, None, self_mask, need_weights=need_weights, need_scores=need_scores, cache=self_cache
+        )
+        y = y + self.dropout(sa.output)
+        if not self.norm_first:
+            y = self.norm1(y)
+        h = self.norm2(y) if self.norm_first else y
+        ca, cross_cache = self.cross_attn(
+            h,
+            memory,
+            cross_mask,
+            need_weights=need_weights,
+            need_scores=need_scores,
+            cache=cross_cache,
+            static_kv=True,
+        )
+        y = y + self.dropout(ca.output)
+        if not self.norm_first:
+            y = self.norm2(y)
+        h = self.norm3(y) if self.norm_first else y
+        y = y + self.dropout(self.ffn(h))
+        if not self.norm_first:
+            y = self.norm3(y)
+        return y, sa, ca, self_cache, cross_cache
