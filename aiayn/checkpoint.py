@@ -7,8 +7,6 @@ truncated, corrupt or foreign one raises ``ValueError``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .files import atomic_path, atomic_write_bytes
 from .model.config import TransformerConfig
 from .model.transformer import Transformer
 
@@ -25,18 +24,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 SPM_FILE = "spm.model"
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; checkpoints are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(
@@ -64,18 +51,11 @@ def save_checkpoint(
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", _DTYPES[dtype]).contiguous() for k, v in model.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{WEIGHTS_FILE}.", dir=d)
-    os.close(fd)
-    try:
-        save_file(state, tmp, metadata={"format": FORMAT, "dtype": dtype})
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, d / WEIGHTS_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(d / WEIGHTS_FILE) as tmp:
+        save_file(state, str(tmp), metadata={"format": FORMAT, "dtype": dtype})
     if spm_model is not None:
         data = spm_model if isinstance(spm_model, (bytes, bytearray)) else Path(spm_model).read_bytes()
-        _atomic_write_bytes(d / SPM_FILE, bytes(data))
+        atomic_write_bytes(d / SPM_FILE, bytes(data))
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -84,7 +64,7 @@ def save_checkpoint(
         "num_parameters": model.num_parameters(),
         "meta": meta or {},
     }
-    _atomic_write_bytes(d / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True).encode())
+    atomic_write_bytes(d / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True).encode())
     return d
 
 

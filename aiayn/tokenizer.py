@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import unicodedata
 import warnings
 from collections import Counter
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import sentencepiece as spm
+
+from .files import atomic_write_bytes
 
 #: Special token ids shared by the tokenizer and the model config (pad_id=0, bos_id=2, eos_id=3).
 SPECIAL_IDS: dict[str, int] = dict(pad=0, unk=1, bos=2, eos=3)
@@ -154,24 +155,8 @@ def train_sentencepiece(
             stacklevel=2)
     if not data:
         raise ValueError(f"SentencePiece produced no model for {model_path} ({len(sentences)} sentences)")
-    _atomic_write_bytes(model_path, data)
+    atomic_write_bytes(model_path, data)
     return model_path
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class Tokenizer:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from .checkpoint import SPM_FILE, load_checkpoint
+from .data.batching import pad_ids
 from .decoding import Hypothesis, beam_search
 from .model.maps import AttentionMaps
 from .model.transformer import Transformer
@@ -155,11 +156,7 @@ class Translator:
         return ids[:limit] + [self.cfg.eos_id], truncated, cleaned
 
     def _batch(self, seqs: list[list[int]]) -> torch.Tensor:
-        width = max(len(s) for s in seqs)
-        out = torch.full((len(seqs), width), self.cfg.pad_id, dtype=torch.long)
-        for i, s in enumerate(seqs):
-            out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        return out.to(self.device)
+        return torch.from_numpy(pad_ids(seqs, self.cfg.pad_id)).to(self.device)
 
     def _autocast(self):
         if self.device.type == "cuda":
