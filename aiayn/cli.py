@@ -11,9 +11,9 @@ import sys
 
 #: sub-command -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "data": ("aiayn.data", "cli_main", "obtain and prepare parallel data (Ding, TSV, Moses) and the SentencePiece model"),
-    "train": ("aiayn.training", "cli_main", "train a Transformer with the paper's recipe (Section 5); torchrun for DDP"),
-    "average": ("aiayn.training", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
+    "data": ("aiayn.data.prepare", "cli_main", "obtain and prepare parallel data (Ding, TSV, Moses) and the SentencePiece model"),
+    "train": ("aiayn.training.cli", "cli_main", "train a Transformer with the paper's recipe (Section 5); torchrun for DDP"),
+    "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),
     "translate": ("aiayn.translator", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),

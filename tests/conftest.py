@@ -34,6 +34,29 @@ def tiny_spm(tmp_path_factory, fixture_pairs) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory, fixture_pairs, tiny_spm) -> Path:
+    """A prepared data directory like ``aiayn data`` writes, from the fixture pairs: ``train/valid/test.tsv``
+    (split leak-free by :func:`aiayn.data.make_splits`, 8 valid and 8 test pairs), ``dictionary.tsv`` (train
+    only), the tiny ``spm.model`` and a small ``datasheet.json`` (corpus sha256 ``"abc123"``). Shared by the
+    training and evaluation tests; tests must not write into it."""
+    import json
+    import shutil
+
+    from aiayn.data import build_dictionary, make_splits, write_tsv
+
+    d = tmp_path_factory.mktemp("ding_tiny")
+    splits = make_splits(fixture_pairs, n_valid=8, n_test=8, heldout_pool="auto")
+    for name, pairs in splits.items():
+        write_tsv(pairs, d / f"{name}.tsv")
+    write_tsv(build_dictionary(splits["train"]), d / "dictionary.tsv")
+    shutil.copyfile(tiny_spm, d / "spm.model")
+    sheet = {"source": {"sha256": "abc123", "name": "fixture", "license": "GPL-2.0-or-later"},
+             "parameters": {"n_valid": 8, "n_test": 8, "heldout_pool": "auto"}}
+    (d / "datasheet.json").write_text(json.dumps(sheet), encoding="utf-8")
+    return d
+
+
 def make_tiny_checkpoint(directory: Path, spm_path: Path, direction: str, seed: int = 0, **overrides) -> Path:
     """A randomly initialised tiny model saved as a checkpoint directory (fp16, like the shipped ones)."""
     from aiayn import Transformer, TransformerConfig

@@ -1,4 +1,5 @@
-"""Tests for aiayn.data: Ding parsing, leak-free splits, TSV/Moses readers, batching, dictionary baseline.
+"""Tests for aiayn.data: Ding parsing, leak-free splits, TSV/Moses readers, token batching, the dictionary
+entries, obtaining the corpus and the ``aiayn data`` command (the word-by-word baseline: tests/test_baseline.py).
 
 Fixtures: ``fixtures/ding_sample.txt`` holds real, unchanged lines of the Ding corpus (GPL-2.0-or-later,
 Copyright Frank Richter, TU Chemnitz; header kept). ``fixtures/ding_constructed.txt`` holds a few
@@ -16,9 +17,8 @@ import pytest
 
 from aiayn import data
 from aiayn.data import (
-    Pair, clean_text, dictionary_baseline, first_synonym, is_sentence, load_lexicon, make_splits,
-    normalize, obtain_ding, parse_ding, parse_ding_line, read_moses, read_tsv, shard_batches,
-    token_batches, write_tsv,
+    Pair, clean_text, first_synonym, is_sentence, make_splits, normalize, obtain_ding, parse_ding, parse_ding_line,
+    read_moses, read_tsv, token_batches, write_tsv,
 )
 
 FIX = Path(__file__).parent / "fixtures"
@@ -160,7 +160,7 @@ def test_is_sentence():
     assert is_sentence("Er wird an der Konferenz nicht teilnehmen.")
     assert is_sentence("Schaffst du das alleine?")
     assert is_sentence("He asked: “What time is it?”")
-    assert not is_sentence("„Wie spät ist es?“")             # German closing quote: see data._SENT_END
+    assert not is_sentence("„Wie spät ist es?“")             # German closing quote: see splits.SENTENCE_END
     assert not is_sentence("Es ist vorbei.")                  # 3 words
     assert not is_sentence("to be based on sth.")             # starts lower-case, ends in an abbreviation
     assert not is_sentence("Er wird an der Konferenz")        # no final punctuation
@@ -325,36 +325,7 @@ def test_token_batches_too_long_example():
         token_batches(src, tgt[:1], max_tokens=40)
 
 
-def test_shard_batches():
-    batches = [[i] for i in range(11)]
-    shards = [shard_batches(batches, r, 4) for r in range(4)]
-    assert [len(s) for s in shards] == [2, 2, 2, 2]
-    flat = [b[0] for s in shards for b in s]
-    assert sorted(flat) == list(range(8))           # disjoint, tail of 3 dropped
-    assert shard_batches(batches, 0, 1) == batches
-    with pytest.raises(ValueError):
-        shard_batches(batches, 4, 4)
-    with pytest.raises(ValueError):
-        shard_batches(batches, 0, 0)
-
-
-# ---------------------------------------------------------------------------------------------- baseline
-def test_dictionary_baseline(tmp_path):
-    f = write_tsv([Pair("Hund", "dog"), Pair("der", "the"), Pair("schläft", "sleeps"), Pair("Hund", "hound dog"),
-                   Pair("schlafen", "to sleep"), Pair("gut", "good")], tmp_path / "dictionary.tsv")
-    de_en = load_lexicon(f, "de-en")
-    assert de_en["hund"] == "dog"                  # the shorter of two translations
-    assert dictionary_baseline("Der Hund schläft, gut!", de_en, "de") == "The dog sleeps, good!"
-    assert dictionary_baseline("Die Katze schläft.", de_en, "de") == "Die Katze sleeps."   # unknown copied
-    en_de = load_lexicon(f, "en-de")
-    assert en_de["sleep"] == "schlafen"            # "to sleep" indexed under "sleep"
-    assert dictionary_baseline("Dogs sleep.", en_de, "en") == "Dogs schlafen."
-    with pytest.raises(ValueError):
-        load_lexicon(f, "fr-en")
-    with pytest.raises(ValueError):
-        dictionary_baseline("x", de_en, "fr")
-
-
+# ---------------------------------------------------------------------------------------------- dictionary.tsv
 def test_build_dictionary_uses_only_short_entries():
     train = [Pair("Hund", "dog"), Pair("Er schläft tief und fest.", "He is sound asleep."),
              Pair("der große Hund", "the big dog"), Pair("Hund", "dog")]
@@ -430,3 +401,25 @@ def test_cli_moses_and_tsv(tmp_path, sample_pairs, capsys):
     tgt.write_text("only one line\n", encoding="utf-8")
     assert data.cli_main(["moses", str(src), str(tgt), "--out", str(tmp_path / "bad")]) == 1
     assert "line counts differ" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- the package
+def test_aiayn_data_does_not_import_torch():
+    """``aiayn.data`` (and so ``aiayn data`` and the training data path) loads without torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, aiayn.data, aiayn.evaluation.baseline; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "False"
+
+
+def test_aiayn_data_command_routes_to_prepare(capsys):
+    from aiayn.cli import main
+    from aiayn.data import prepare
+
+    assert data.cli_main is prepare.cli_main
+    with pytest.raises(SystemExit) as exc:
+        main(["data", "--help"])
+    assert exc.value.code == 0 and "{ding,tsv,moses}" in capsys.readouterr().out

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import sacrebleu
 
+from aiayn.data import read_tsv
+from aiayn.evaluation.baseline import dictionary_baseline, load_lexicon
 from aiayn.evaluation.scoring import cli_main, evaluate_translator, read_split, score
 
 
@@ -49,26 +50,9 @@ def test_score_bad_input():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# a tiny data directory (real fixture pairs, leak-free splits by aiayn.data)
+# on the tiny data directory (conftest.tiny_data: real fixture pairs, leak-free splits by aiayn.data)
 # ---------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory, fixture_pairs, tiny_spm) -> Path:
-    from aiayn.data import build_dictionary, make_splits, write_tsv
-
-    d = tmp_path_factory.mktemp("ding_eval")
-    splits = make_splits(fixture_pairs, n_valid=4, n_test=6, heldout_pool="auto")
-    for name, pairs in splits.items():
-        write_tsv(pairs, d / f"{name}.tsv")
-    write_tsv(build_dictionary(splits["train"]), d / "dictionary.tsv")
-    shutil.copyfile(tiny_spm, d / "spm.model")
-    (d / "datasheet.json").write_text(json.dumps({"source": {"sha256": "abc123", "name": "fixture", "license": "GPL-2.0-or-later"},
-                                                  "parameters": {"n_test": 6}}))
-    return d
-
-
 def test_read_split_directions(tiny_data):
-    from aiayn.data import read_tsv
-
     pairs = read_tsv(tiny_data / "test.tsv")  # columns de, en
     src, ref, skipped = read_split(tiny_data, "test", "en-de")
     assert src == [p.en for p in pairs] and ref == [p.de for p in pairs] and skipped == 0
@@ -94,15 +78,13 @@ class _FakeTranslator:
 
 
 def test_evaluate_translator_keeps_order_and_scores_baseline(tiny_data):
-    from aiayn.data import dictionary_baseline, load_lexicon
-
     src, ref, _ = read_split(tiny_data, "test", "de-en")
     fake = _FakeTranslator(dict(zip(src, ref)))  # a perfect system
     lex = load_lexicon(tiny_data / "dictionary.tsv", direction="de-en")
-    res = evaluate_translator(fake, src, ref, beam_size=3, alpha=0.5, batch_size=4, lexicon=lex, src_lang="de")
+    res = evaluate_translator(fake, src, ref, beam_size=3, alpha=0.5, batch_size=3, lexicon=lex, src_lang="de")
     assert res["hypotheses"] == ref  # input order restored after length-sorted batching
     assert res["model"]["bleu"] == pytest.approx(100.0)
-    assert [len(b[0]) for b in fake.batches] == [4, 2] and all(b[1:] == (3, 0.5) for b in fake.batches)
+    assert len(src) == 8 and [len(b[0]) for b in fake.batches] == [3, 3, 2] and all(b[1:] == (3, 0.5) for b in fake.batches)
     base = [dictionary_baseline(s, lex, src_lang="de") for s in src]
     assert res["baseline_hypotheses"] == base
     assert res["baseline"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(base, [ref]).score)
@@ -113,18 +95,6 @@ def test_evaluate_translator_keeps_order_and_scores_baseline(tiny_data):
         evaluate_translator(fake, src, ref, lexicon=lex)
     with pytest.raises(ValueError, match="references"):
         evaluate_translator(fake, src, ref[:-1])
-
-
-def test_dictionary_baseline_translates_known_words(tiny_data):
-    """The baseline really substitutes words from dictionary.tsv (and copies unknown ones)."""
-    from aiayn.data import dictionary_baseline, load_lexicon, read_tsv
-
-    entries = [p for p in read_tsv(tiny_data / "dictionary.tsv") if len(p.de.split()) == 1 and len(p.en.split()) == 1]
-    assert entries, "the fixture dictionary should have one-word entries"
-    lex = load_lexicon(tiny_data / "dictionary.tsv", direction="de-en")
-    word = entries[0].de
-    out = dictionary_baseline(f"{word} xyzzy", lex, src_lang="de")
-    assert out.split()[-1] == "xyzzy" and out.split()[0].lower() == lex[word.lower()].split()[0].lower()
 
 
 # ---------------------------------------------------------------------------------------------------------

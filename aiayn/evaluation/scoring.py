@@ -8,7 +8,7 @@ defaults).
 
 A model is only worth something if it beats the trivial system, so the same scores are computed for a
 word-by-word translation with the Ding dictionary built from the training split
-(:func:`aiayn.data.dictionary_baseline`).
+(:func:`aiayn.evaluation.baseline.dictionary_baseline`).
 
 Command line::
 
@@ -24,6 +24,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from ..data.corpora import read_tsv
+from ..files import sha256_file
+from .baseline import dictionary_baseline, load_lexicon
 
 __all__ = ["score", "evaluate_translator", "read_split", "cli_main"]
 
@@ -96,7 +100,7 @@ def evaluate_translator(
         sources, references: aligned lists of strings (non-empty sources).
         beam_size: beam width (paper: 4); alpha: length penalty (paper: 0.6).
         max_len: maximum output pieces; None = source length + 50 (Section 6.1).
-        lexicon: if given (from :func:`aiayn.data.load_lexicon`), also score the word-by-word
+        lexicon: if given (from :func:`aiayn.evaluation.baseline.load_lexicon`), also score the word-by-word
             dictionary baseline; ``src_lang`` ("de" or "en") is then required.
         progress: show a tqdm progress bar (sentences).
 
@@ -148,8 +152,6 @@ def evaluate_translator(
         "sentences_per_s": len(sources) / max(elapsed, 1e-9),
     }
     if lexicon is not None:
-        from ..data import dictionary_baseline
-
         base = [dictionary_baseline(s, lexicon, src_lang=src_lang) for s in sources]
         result["baseline"] = score(base, references)
         result["baseline_hypotheses"] = base
@@ -166,8 +168,6 @@ def read_split(data_dir: str | Path, split: str, direction: str) -> tuple[list[s
     Raises:
         FileNotFoundError: the file is missing. ValueError: bad direction, missing column, malformed TSV.
     """
-    from ..data import read_tsv
-
     if direction not in ("en-de", "de-en"):
         raise ValueError(f"direction must be 'en-de' or 'de-en', got {direction!r}")
     src_lang, tgt_lang = direction.split("-")
@@ -190,8 +190,7 @@ def cli_main(argv: list[str]) -> int:
     """``aiayn evaluate --checkpoint DIR --data DIR [--split test] [--beam-size 4] [--alpha 0.6]
     [--batch-size 32] [--max-len N] [--limit N] [--out results.json] [--hypotheses]``; returns the exit code
     (0 ok, 2 bad input: missing/corrupt checkpoint or data, bad options)."""
-    from .. import data as data_mod
-    from ..translator import Translator
+    from ..translator import Translator  # imports torch: only when the command runs
 
     ap = argparse.ArgumentParser(prog="aiayn evaluate",
                                  description="sacreBLEU and chrF of a checkpoint on a held-out split (beam search, Section 6.1), "
@@ -248,7 +247,7 @@ def cli_main(argv: list[str]) -> int:
     lex_path = data_dir / "dictionary.tsv"
     if lex_path.is_file():
         try:
-            lexicon = data_mod.load_lexicon(lex_path, direction=direction)
+            lexicon = load_lexicon(lex_path, direction=direction)
         except (FileNotFoundError, ValueError) as exc:
             return fail(str(exc))
     else:
@@ -305,7 +304,7 @@ def cli_main(argv: list[str]) -> int:
             "truncated_sources": res["truncated_sources"],
             "data": {
                 "data_dir": str(data_dir.resolve()),
-                "split_file_sha256": data_mod.sha256_file(split_file),
+                "split_file_sha256": sha256_file(split_file),
                 "corpus_sha256": sheet.get("source", {}).get("sha256"),
                 "corpus": sheet.get("source", {}).get("name"),
                 "license": sheet.get("source", {}).get("license"),
