@@ -4,7 +4,7 @@ One step = forward + label-smoothed loss (Section 5.4, eps_ls = 0.1) + backward 
 on the same batches for both models, timed in alternation. Throughput is in target tokens per second
 (the unit of ``aiayn train``'s ``tokens_per_s``). CPU: fp32; GPU: bf16 autocast. On a CPU with bf16 support
 (AVX512-BF16 / AMX) a third variant, ``aiayn_bf16``, runs our model under the autocast of ``aiayn train --amp-cpu``
-(:func:`aiayn.training.autocast_for`), timed in the same alternation, for the bf16 / fp32 ratio.
+(:func:`aiayn.training.loop.autocast_for`), timed in the same alternation, for the bf16 / fp32 ratio.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import torch
 from aiayn.model.config import TransformerConfig
 from aiayn.interop import to_torch_transformer
 from aiayn.model.transformer import Transformer
-from aiayn.training import TrainConfig, autocast_for, label_smoothed_loss
+from aiayn.training.loop import autocast_for
+from aiayn.training.recipe import TrainConfig, label_smoothed_loss
 
 from .flops import gpu_bf16_peak_tflops, mfu, training_flops
 from .timing import Stats, interleaved, synchronize
@@ -64,7 +65,7 @@ def make_step(model: torch.nn.Module, fwd, opt: torch.optim.Optimizer, batches, 
         opt.zero_grad(set_to_none=True)
         with autocast():
             logits = fwd(src, dec_in)
-            loss, _, n_tok = label_smoothed_loss(logits, tgt, 0.1, cfg.pad_id)
+            loss, n_tok = label_smoothed_loss(logits, tgt, 0.1, cfg.pad_id)
         (loss / n_tok).backward()
         opt.step()
 

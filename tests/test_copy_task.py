@@ -12,7 +12,7 @@ import torch
 
 from aiayn import Transformer, TransformerConfig
 from aiayn.decoding import beam_search, greedy_decode
-from aiayn.training import label_smoothed_loss
+from aiayn.training.recipe import label_smoothed_loss
 
 V, PAD, BOS, EOS = 20, 0, 2, 3
 STEPS, BATCH, LR, WARMUP = 300, 64, 2e-3, 40
@@ -62,7 +62,7 @@ def test_tiny_transformer_learns_to_copy():
                 if s not in unseen:  # held-out sequences are never trained on
                     seqs.append(s)
             src, tgt = _tensors(seqs)
-            loss, _, n_tokens = label_smoothed_loss(model(src, tgt[:, :-1]), tgt[:, 1:], 0.1, PAD)
+            loss, n_tokens = label_smoothed_loss(model(src, tgt[:, :-1]), tgt[:, 1:], 0.1, PAD)
             opt.zero_grad()
             (loss / n_tokens).backward()
             opt.step()

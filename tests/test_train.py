@@ -1,7 +1,8 @@
 """The training recipe of Section 5, checked against formulas written out here and against independent runs.
 
-* Equation 3 (learning rate), label smoothing (Section 5.4) against hand-computed values and torch's own
-  ``cross_entropy(label_smoothing=...)``.
+* Equation 3 (learning rate), label smoothing (Section 5.4; computed by torch's
+  ``cross_entropy(label_smoothing=...)``) against hand-computed values and the paper's formula written out.
+* Batches: ``collate`` pads and shifts the decoder input (BOS + y[:-1]) as written out here.
 * A short run on real Ding pairs (tests/fixtures/ding_sample.txt) lowers the loss.
 * Checkpoint averaging (Section 6.1) equals the mean computed here with numpy.
 * Resume after an interruption continues exactly (weights, Adam moments, dropout RNG, data order).
@@ -26,7 +27,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.numpy import load_file as np_load_file
 
-from aiayn.training import TrainConfig, label_smoothed_loss, list_states, noam_lr, save_state, step_batches, train
+from aiayn.training.loop import train
+from aiayn.training.pipeline import step_batches
+from aiayn.training.recipe import TrainConfig, label_smoothed_loss, noam_lr
+from aiayn.training.state import list_states, save_state
 
 REPO = Path(__file__).resolve().parent.parent
 QUIET = lambda *a, **k: None  # noqa: E731  (train's log callback)
@@ -81,7 +85,8 @@ def test_label_smoothing_hand_computed():
     eps = 0.1
     logits = torch.tensor([[[0.0, 0.0, math.log(2), math.log(4)], [0.0, 0.0, 0.0, 0.0], [50.0, -50.0, 3.0, 7.0]]])
     target = torch.tensor([[3, 1, 0]])
-    loss, nll, n = label_smoothed_loss(logits, target, eps, pad_id=0)
+    loss, n = label_smoothed_loss(logits, target, eps, pad_id=0)
+    nll, _ = label_smoothed_loss(logits, target, 0.0, pad_id=0)
     # NLL: -log(4/8) - log(1/4) = log 2 + log 4 = log 8
     assert n == 2
     assert float(nll) == pytest.approx(math.log(8), rel=1e-6)
@@ -93,47 +98,73 @@ def test_label_smoothing_hand_computed():
     ref = F.cross_entropy(logits.view(-1, 4), target.view(-1), ignore_index=0, label_smoothing=eps, reduction="sum")
     assert float(loss) == pytest.approx(float(ref), rel=1e-6)
     # eps = 0 is plain NLL
-    loss0, nll0, _ = label_smoothed_loss(logits, target, 0.0, pad_id=0)
-    assert float(loss0) == pytest.approx(math.log(8), rel=1e-6) and float(nll0) == pytest.approx(math.log(8), rel=1e-6)
+    loss0, n0 = label_smoothed_loss(logits, target, 0.0, pad_id=0)
+    assert float(loss0) == pytest.approx(math.log(8), rel=1e-6) and int(n0) == 2
 
 
-def test_label_smoothing_pads_ignored_random():
+def paper_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: int) -> tuple[float, float, int]:
+    """Section 5.4 written out with numpy in float64, position by position: q = (1 - eps) * onehot(y) + eps / V,
+    loss = sum over non-pad positions of -sum_v q_v log p_v; nll = sum of -log p_y."""
+    x = logits.double().numpy().reshape(-1, logits.shape[-1])
+    y = target.numpy().reshape(-1)
+    V = x.shape[1]
+    loss = nll = 0.0
+    n = 0
+    for row, t in zip(x, y):
+        if t == pad_id:
+            continue
+        logp = row - (row.max() + np.log(np.exp(row - row.max()).sum()))
+        q = np.full(V, eps / V)
+        q[t] += 1.0 - eps
+        loss += float(-(q * logp).sum())
+        nll += float(-logp[t])
+        n += 1
+    return loss, nll, n
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothing_pads_ignored_random(eps):
+    """Random logits, pads in the middle of a batch: label_smoothed_loss (F.cross_entropy inside) equals the
+    paper's smoothed loss computed by hand, with pad positions ignored whatever their logits."""
     torch.manual_seed(0)
-    logits = torch.randn(3, 5, 11)
+    logits = torch.randn(3, 5, 11) * 3
     target = torch.randint(1, 11, (3, 5))
     target[0, 3:] = 0
     target[2, 1:] = 0
-    loss, nll, n = label_smoothed_loss(logits, target, 0.1, pad_id=0)
-    keep = target != 0
-    assert n == int(keep.sum()) == 9
-    ref_nll = F.cross_entropy(logits[keep], target[keep], reduction="sum")
-    ref_ls = F.cross_entropy(logits[keep], target[keep], label_smoothing=0.1, reduction="sum")
-    assert float(nll) == pytest.approx(float(ref_nll), rel=1e-5)
-    assert float(loss) == pytest.approx(float(ref_ls), rel=1e-5)
+    loss, n = label_smoothed_loss(logits, target, eps, pad_id=0)
+    nll, _ = label_smoothed_loss(logits, target, 0.0, pad_id=0)
+    ref_loss, ref_nll, ref_n = paper_smoothed_loss(logits, target, eps, pad_id=0)
+    assert ref_n == 9 and n.dtype == torch.int64 and int(n) == ref_n
+    assert float(loss) == pytest.approx(ref_loss, rel=1e-5)
+    assert float(nll) == pytest.approx(ref_nll, rel=1e-5)
+    assert (float(loss) == pytest.approx(float(nll), rel=1e-6)) == (eps == 0.0)  # smoothing changes the loss
     # changing logits at pad positions changes nothing
     logits2 = logits.clone()
-    logits2[~keep] = 1000.0
-    loss2, nll2, _ = label_smoothed_loss(logits2, target, 0.1, pad_id=0)
-    assert float(loss2) == float(loss) and float(nll2) == float(nll)
+    logits2[target == 0] = 1000.0
+    loss2, _ = label_smoothed_loss(logits2, target, eps, pad_id=0)
+    nll2, _ = label_smoothed_loss(logits2, target, 0.0, pad_id=0)
+    assert float(loss2) == pytest.approx(float(loss), rel=1e-6) and float(nll2) == pytest.approx(float(nll), rel=1e-6)
+    # bf16 logits (as under autocast) are computed in float32: the same numbers up to bf16 rounding of the input
+    loss_bf, _ = label_smoothed_loss(logits.bfloat16(), target, eps, pad_id=0)
+    assert loss_bf.dtype == torch.float32
+    assert float(loss_bf) == pytest.approx(paper_smoothed_loss(logits.bfloat16().float(), target, eps, 0)[0], rel=1e-5)
+
+
+def test_label_smoothed_loss_gradient_is_p_minus_q():
+    logits = torch.randn(2, 4, 7, requires_grad=True)
+    target = torch.tensor([[1, 2, 3, 0], [4, 0, 0, 0]])
+    loss, _ = label_smoothed_loss(logits, target, 0.1, pad_id=0)
+    loss.backward()
+    # the gradient of the smoothed cross-entropy w.r.t. the logits is p - q at non-pad positions, 0 at pads
+    p = torch.softmax(logits.detach(), -1)
+    q = torch.full_like(p, 0.1 / 7).scatter_(-1, target.unsqueeze(-1), 0.9 + 0.1 / 7)
+    expected = torch.where((target != 0).unsqueeze(-1), p - q, torch.zeros_like(p))
+    torch.testing.assert_close(logits.grad, expected, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# A tiny data directory from the real fixture pairs
+# Runs on the tiny data directory (conftest.tiny_data: the real fixture pairs, split leak-free)
 # ---------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory, fixture_pairs, tiny_spm) -> Path:
-    """train/valid/test/dictionary TSVs (split leak-free by aiayn.data) and the tiny spm.model."""
-    from aiayn.data import build_dictionary, make_splits, write_tsv
-
-    d = tmp_path_factory.mktemp("ding_tiny")
-    splits = make_splits(fixture_pairs, n_valid=8, n_test=8, heldout_pool="auto")
-    for name, pairs in splits.items():
-        write_tsv(pairs, d / f"{name}.tsv")
-    write_tsv(build_dictionary(splits["train"]), d / "dictionary.tsv")
-    shutil.copyfile(tiny_spm, d / "spm.model")
-    return d
-
-
 def tiny_tc(data: Path, run: Path, **kw) -> TrainConfig:
     base = dict(data_dir=str(data), run_dir=str(run), direction="en-de", preset="tiny", model_overrides={"dropout": 0.1},
                 max_tokens=512, accumulation=1, warmup_steps=20, max_steps=12, valid_every=1000, valid_bleu_sentences=0,
@@ -244,7 +275,7 @@ def test_average_cli_and_export(saved_run, tmp_path):
         assert got16[k].dtype == np.float16
         np.testing.assert_allclose(got16[k].astype(np.float64), ref3[k], rtol=1e-3, atol=1e-6)
     tr = Translator.load(out16, device="cpu")
-    assert tr.meta["direction"] == "en-de" and tr.translate("Good morning.", beam_size=2).tgt_tokens
+    assert tr.meta["direction"] == "en-de" and tr.translate("Good morning.", beam_size=2).output_tokens
 
 
 def test_average_cli_missing_run_exit_2(tmp_path, capsys):
@@ -335,7 +366,7 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("exc", [OSError("No space left on device"), KeyboardInterrupt()])
 def test_failed_save_leaves_no_partial_state(tiny_data, tmp_path, monkeypatch, exc):
-    import aiayn.training as train_mod
+    import aiayn.training.state as state_mod
     from aiayn import Transformer, TransformerConfig
 
     run = tmp_path / "run"
@@ -351,7 +382,7 @@ def test_failed_save_leaves_no_partial_state(tiny_data, tmp_path, monkeypatch, e
     def broken_save_file(*a, **k):  # fails after model.safetensors went into the temp dir
         raise exc
 
-    monkeypatch.setattr(train_mod, "save_file", broken_save_file)
+    monkeypatch.setattr(state_mod, "save_file", broken_save_file)
     for step in (3, 2):  # a new state, and overwriting an existing one
         with pytest.raises(type(exc)):
             save_state(run, model, opt, {"step": step, "epoch": 0, "batch_in_epoch": step, "wall_time": 0.0, "tokens": 0}, keep=5)
@@ -378,19 +409,18 @@ def test_half_written_state_dir_is_not_listed(tmp_path):
 def test_step_batches_partition_global_batch(tiny_data, monkeypatch):
     """Rank r of W with accumulation a gets the r-th, (r+W)-th ... micro-batch of each group of a*W; the
     ranks' shares together are exactly one process's step with accumulation a*W."""
-    import aiayn.training as train_mod
+    import aiayn.training.pipeline as pipeline
     from aiayn.tokenizer import Tokenizer
 
     tok = Tokenizer.load(tiny_data / "spm.model")
-    src, tgt = train_mod.load_split(tiny_data, "train", "en-de")
-    s_ids, t_ids = train_mod.encode_pairs(tok, src, tgt, 128, tok.eos_id)
+    src, tgt = pipeline.load_split(tiny_data, "train", "en-de")
+    s_ids, t_ids = pipeline.encode_pairs(tok, src, tgt, 128, tok.eos_id)
     tc = tiny_tc(tiny_data, tiny_data / "unused", max_tokens=256, accumulation=4)
     single = step_batches(tc, s_ids, t_ids, epoch=3)
-    shares = []
-    for rank in range(2):
-        monkeypatch.setattr(train_mod, "_world", lambda: 2)
-        monkeypatch.setattr(train_mod, "_rank", lambda r=rank: r)
-        shares.append(step_batches(replace(tc, accumulation=2), s_ids, t_ids, epoch=3))
+    shares = [step_batches(replace(tc, accumulation=2), s_ids, t_ids, epoch=3, rank=rank, world=2) for rank in range(2)]
+    # the default rank and world come from torch.distributed (as train() passes them under torchrun)
+    monkeypatch.setattr(pipeline, "rank_and_world", lambda: (1, 2))
+    assert step_batches(replace(tc, accumulation=2), s_ids, t_ids, epoch=3) == shares[1]
     monkeypatch.undo()
     assert len(single) == len(shares[0]) == len(shares[1]) > 3
     for k, micro in enumerate(single):
@@ -450,7 +480,7 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
 
 
 def test_upsample_sentences_repeats_only_full_sentence_pairs():
-    from aiayn.training import upsample_sentences
+    from aiayn.training.pipeline import upsample_sentences
 
     src = ["I have no time.", "house", "Where is the station?", "to be late"]
     tgt = ["Ich habe keine Zeit.", "Haus", "bahnhof", "sich verspäten"]  # third: target is no sentence
@@ -464,11 +494,36 @@ def test_upsample_sentences_repeats_only_full_sentence_pairs():
         upsample_sentences(src, tgt, 0)
 
 
+def test_collate_pads_and_shifts_the_decoder_input():
+    from aiayn.model.config import TransformerConfig
+    from aiayn.training.pipeline import collate
+
+    cfg = TransformerConfig.preset("tiny", vocab_size=50)
+    P, BOS = cfg.pad_id, cfg.bos_id
+    src_ids = [[5, 6, 3], [7, 3], [8, 9, 10, 11, 3]]
+    tgt_ids = [[12, 3], [13, 14, 15, 3], [16, 3]]
+    s, d, t = collate([2, 0, 1], src_ids, tgt_ids, cfg)
+    assert s.dtype == d.dtype == t.dtype == torch.int64
+    assert s.tolist() == [[8, 9, 10, 11, 3], [5, 6, 3, P, P], [7, 3, P, P, P]]
+    assert t.tolist() == [[16, 3, P, P], [12, 3, P, P], [13, 14, 15, 3]]
+    assert d.tolist() == [[BOS, 16, P, P], [BOS, 12, P, P], [BOS, 13, 14, 15]]  # BOS + y[:-1], never the final EOS
+
+
+def test_importing_the_recipe_does_not_load_the_loop():
+    """The app's lessons import aiayn.training.recipe; the package must not pull in the loop (sacreBLEU, the
+    tokenizer, the data pipeline) with it. (tqdm is not checked: torch itself imports it.)"""
+    code = ("import sys, aiayn.training.recipe; "
+            "print(sorted(m for m in ('aiayn.training.loop', 'aiayn.training.pipeline', 'aiayn.training.state', "
+            "'aiayn.training.cli', 'aiayn.training.export', 'sacrebleu') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # bf16 autocast on CPU (--amp-cpu)
 # ---------------------------------------------------------------------------------------------------------
 def test_autocast_for_picks_bf16_only_where_asked():
-    from aiayn.training import autocast_for
+    from aiayn.training.loop import autocast_for
 
     cpu = torch.device("cpu")
     x = torch.randn(4, 8)
@@ -500,7 +555,8 @@ def test_resume_with_other_flags_is_recorded_and_reaches_the_card(tiny_data, tmp
     the export's meta and the model card say what changed at which step; an unchanged resume records nothing."""
     from aiayn.checkpoint import read_config
     from aiayn.evaluation.modelcard import render_card
-    from aiayn.training import export, read_config_changes
+    from aiayn.training.export import export
+    from aiayn.training.state import read_config_changes
 
     run = tmp_path / "run"
     train(tiny_tc(tiny_data, run, max_steps=4, save_every=2), log=QUIET)
@@ -527,7 +583,7 @@ def test_resume_with_other_flags_is_recorded_and_reaches_the_card(tiny_data, tmp
 def test_resolve_config_keeps_the_stored_recipe_and_applies_only_given_flags():
     from dataclasses import asdict
 
-    from aiayn.training import resolve_config
+    from aiayn.training.cli import resolve_config
 
     stored = asdict(TrainConfig("/data/a", "/runs/x", direction="de-en", preset="tiny", model_overrides={"d_model": 64, "dropout": 0.1},
                                 warmup_steps=400, lr_scale=0.4, accumulation=1, amp_cpu=True, upsample_sentences=8))
@@ -550,7 +606,8 @@ def test_resolve_config_keeps_the_stored_recipe_and_applies_only_given_flags():
 
 
 def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_data, tmp_path, capsys):
-    from aiayn.training import cli_main, read_config_changes
+    from aiayn.training.cli import cli_main
+    from aiayn.training.state import read_config_changes
 
     run = tmp_path / "run"
     first = ["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--set", "dropout=0.1", "--max-tokens", "512",
@@ -580,7 +637,7 @@ def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_d
 
 @pytest.mark.parametrize("content", ['{"max_steps": 5', "[1, 2]"])
 def test_cli_resume_with_a_damaged_train_config_is_a_message(tmp_path, capsys, content):
-    from aiayn.training import cli_main
+    from aiayn.training.cli import cli_main
 
     run = tmp_path / "run"
     run.mkdir()
@@ -606,7 +663,7 @@ def en_de_parent(tiny_data, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("source", ["run", "state", "checkpoint"])
 def test_init_from_copies_the_parent_weights_and_starts_a_fresh_schedule(tiny_data, en_de_parent, tmp_path, source):
-    from aiayn.training import export
+    from aiayn.training.export import export
 
     parent_state = list_states(en_de_parent)[-1]
     if source == "run":
@@ -632,7 +689,7 @@ def test_init_from_copies_the_parent_weights_and_starts_a_fresh_schedule(tiny_da
 
 
 def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_parent, tmp_path, capsys):
-    from aiayn.training import cli_main
+    from aiayn.training.cli import cli_main
 
     other_vocab = tmp_path / "other_vocab"
     shutil.copytree(en_de_parent, other_vocab)
@@ -658,7 +715,7 @@ def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_
 
 def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
     """A bad --init-from is a message (above); any other error inside training keeps its traceback."""
-    import aiayn.training as T
+    import aiayn.training.cli as T
 
     def broken(tc, resume=False):
         raise ValueError("a bug deep inside training")

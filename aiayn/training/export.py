@@ -1,0 +1,74 @@
+"""From a run to a shippable checkpoint (Section 6.1: "for the base models, we used a single model obtained by
+averaging the last 5 checkpoints"): average the last k run states, store the weights in float16 / bfloat16 /
+float32 with the run's SentencePiece model, metrics and configuration history, and the ``aiayn average`` CLI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import average_checkpoints, read_config, save_checkpoint
+from ..files import atomic_copy
+from ..model.transformer import Transformer
+from .state import list_states, read_config_changes
+
+
+def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: str = "float16", meta: dict[str, Any] | None = None) -> Path:
+    """Write a shippable checkpoint directory ``out_dir`` from a run: the element-wise average of the last
+    ``last`` states' weights (Section 6.1 averages the last 5), stored in ``dtype``, with ``spm.model`` and
+    ``metrics.jsonl``. The checkpoint's meta holds the direction, the averaged states, step, epoch, training
+    wall time (seconds) and tokens, the training configuration, its changes before the exported step and the
+    git commit; ``meta`` adds or overrides keys. Returns ``out_dir`` as a ``Path``.
+
+    Raises:
+        FileNotFoundError: the run has no saved state (or no ``train_config.json``).
+        ValueError: the states do not have the same tensors (from :func:`aiayn.checkpoint.average_checkpoints`).
+    """
+    run_dir = Path(run_dir).expanduser()
+    states = list_states(run_dir)
+    if not states:
+        raise FileNotFoundError(f"no saved training state in {run_dir}")
+    chosen = states[-last:]
+    avg = average_checkpoints([p / "model.safetensors" for p in chosen])
+    cfg = read_config(chosen[-1])["model_config"]
+    model = Transformer(cfg)
+    model.load_state_dict(avg)
+    tc = json.loads((run_dir / "train_config.json").read_text())
+    st = json.loads((chosen[-1] / "trainer_state.json").read_text())
+    info = {"direction": tc["direction"], "src_lang": tc["direction"].split("-")[0], "tgt_lang": tc["direction"].split("-")[1],
+            "averaged_states": [p.name for p in chosen], "step": st["step"], "epoch": st["epoch"],
+            "train_wall_time_s": st["wall_time"], "train_tokens": st["tokens"], "train_config": tc,
+            "config_changes": [c for c in read_config_changes(run_dir) if c["step"] < st["step"]]}
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                            cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        info["git_commit"] = None
+    info.update(meta or {})
+    out = save_checkpoint(out_dir, model, spm_model=run_dir / "spm.model", dtype=dtype, meta=info)
+    if (run_dir / "metrics.jsonl").is_file():
+        atomic_copy(run_dir / "metrics.jsonl", Path(out) / "metrics.jsonl")
+    return Path(out)
+
+
+def average_cli_main(argv: list[str]) -> int:
+    """``aiayn average RUN_DIR OUT_DIR [--last 5] [--dtype float16]``: average the last k states of a run into a
+    checkpoint (:func:`export`). Returns the exit code: 0, or 2 (message on stderr) when the run has no state or
+    its states do not match."""
+    ap = argparse.ArgumentParser(prog="aiayn average", description="Average the last k checkpoints of a run (Section 6.1).")
+    ap.add_argument("run")
+    ap.add_argument("out")
+    ap.add_argument("--last", type=int, default=5)
+    ap.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"])
+    args = ap.parse_args(argv)
+    try:
+        out = export(args.run, args.out, last=args.last, dtype=args.dtype)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"aiayn average: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,244 @@
+"""The training loop of Section 5: Adam with the learning rate of Equation 3, label-smoothed loss, steps of
+about ``tokens_per_step`` target tokens gathered by gradient accumulation (Section 5.1), bf16 autocast on CUDA
+(optionally on CPU), optional ``torch.compile``, several processes with ``torchrun`` and
+``DistributedDataParallel`` (each rank trains on its own share of every step); periodic validation (teacher-
+forced loss and BLEU of real beam decodes, Section 6.1), ``metrics.jsonl`` and run states (:mod:`.state`) for an
+exact ``--resume``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from ..data.batching import pad_ids
+from ..decoding import beam_search
+from ..files import atomic_copy, atomic_write_text
+from ..model.config import TransformerConfig
+from ..model.transformer import Transformer
+from ..tokenizer import Tokenizer
+from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_batches, upsample_sentences
+from .recipe import TrainConfig, label_smoothed_loss, noam_lr
+from .state import init_weights_from, list_states, load_state_into, record_config_change, save_state, truncate_metrics
+
+
+@torch.no_grad()
+def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg: TransformerConfig, *, beam_size: int,
+             n_bleu: int, max_tokens: int, device) -> dict[str, Any]:
+    """Validation of a model on parallel texts ``src`` / ``tgt``.
+
+    Returns:
+        ``valid_loss``: teacher-forced negative log-likelihood per target token (nats, no smoothing), over
+        batches of at most ``max_tokens`` padded source tokens; ``valid_bleu``: sacreBLEU of real beam decodes
+        (``beam_size``, length penalty alpha 0.6, Section 6.1; never teacher-forced argmax) of the first
+        ``n_bleu`` sentences, 0.0 when none; ``valid_samples``: up to 3 ``(source, hypothesis)`` pairs.
+        The model's train/eval mode is restored.
+    """
+    was_training = model.training
+    model.eval()
+    s_ids, t_ids = encode_pairs(tokenizer, src, tgt, cfg.max_len - 1, cfg.eos_id)
+    nll_sum = torch.zeros((), dtype=torch.float64, device=device)
+    n_tok = torch.zeros((), dtype=torch.long, device=device)
+    order = sorted(range(len(s_ids)), key=lambda i: len(s_ids[i]))
+    batch: list[int] = []
+    for i in order + [None]:
+        if i is not None:
+            batch.append(i)
+        if batch and (i is None or (len(batch) + 1) * max(len(s_ids[j]) for j in batch) > max_tokens):
+            s, d, t = collate(batch, s_ids, t_ids, cfg)
+            logits = model(s.to(device), d.to(device))
+            nll, n = label_smoothed_loss(logits, t.to(device), 0.0, cfg.pad_id)
+            nll_sum += nll
+            n_tok += n
+            batch = []
+    hyps, refs = [], []
+    n = min(n_bleu, len(src))
+    for start in range(0, n, 32):
+        chunk = src[start : min(n, start + 32)]
+        ids = pad_ids([tokenizer.encode(x)[: cfg.max_len - 2] + [cfg.eos_id] for x in chunk], cfg.pad_id)
+        for res in beam_search(model, torch.from_numpy(ids).to(device), beam_size=beam_size, length_penalty_alpha=0.6):
+            hyps.append(tokenizer.decode(res[0].tokens))
+        refs.extend(tgt[start : min(n, start + 32)])
+    bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else 0.0
+    model.train(was_training)
+    return {"valid_loss": float(nll_sum) / max(int(n_tok), 1), "valid_bleu": bleu,
+            "valid_samples": list(zip(src[:3], hyps[:3]))}
+
+
+def autocast_for(tc: TrainConfig, device: torch.device):
+    """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32).
+
+    bf16 autocast on CUDA when ``tc.amp``; on CPU only when ``tc.amp_cpu`` as well (oneDNN runs the matmuls in
+    bf16 on CPUs with AVX512-BF16 or AMX: 1.47x faster per step on the project's 2-core AMD EPYC, see
+    docs/benchmarks.md). Otherwise a disabled autocast, i.e. float32 throughout.
+    """
+    if tc.amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if tc.amp and tc.amp_cpu and device.type == "cpu":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast(device.type if device.type in ("cpu", "cuda") else "cpu", enabled=False)
+
+
+def setup_distributed() -> torch.device:
+    """Join the process group when started by ``torchrun`` (``WORLD_SIZE`` > 1; NCCL on CUDA, gloo on CPU) and
+    return this process's device: ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not (dist.is_available() and dist.is_initialized()):
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
+    """Run (or resume) training as configured; returns the run directory.
+
+    Raises:
+        FileExistsError: ``resume`` is False and ``run_dir`` already holds saved states (a fresh start would
+            overwrite the run's metrics and mix its states with the new ones).
+        WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
+
+    The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
+    epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time) and ``step_*/`` states.
+    """
+    device = setup_distributed()
+    if tc.threads > 0:
+        torch.set_num_threads(tc.threads)
+    rank, world = rank_and_world()
+    run_dir = Path(tc.run_dir).expanduser()
+    data_dir = Path(tc.data_dir).expanduser()
+    tokenizer = Tokenizer.load(data_dir / "spm.model")
+    overrides = dict(tc.model_overrides)
+    overrides.setdefault("vocab_size", tokenizer.vocab_size)
+    overrides.setdefault("max_len", max(256, tc.max_len + 2))
+    cfg = TransformerConfig.preset(tc.preset, **overrides)
+    torch.manual_seed(tc.seed)
+    model = Transformer(cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps)
+    state: dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "wall_time": 0.0, "tokens": 0}
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    states = list_states(run_dir)
+    if states and not resume:
+        raise FileExistsError(f"{run_dir} already holds a training run (last state {states[-1].name}); pass --resume to "
+                              "continue it, or choose another run directory (nothing was changed)")
+    if resume and states:
+        state = load_state_into(states[-1], model, opt)
+        log(f"resumed from {states[-1]} (step {state['step']}, epoch {state['epoch']})")
+        if rank == 0:
+            changed = record_config_change(run_dir, state["step"], tc)
+            if changed:
+                log("resumed with a changed configuration: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
+            dropped = truncate_metrics(run_dir / "metrics.jsonl", state["step"])
+            if dropped:
+                log(f"dropped {dropped} metrics records logged after step {state['step']} (they will be logged again)")
+    else:
+        if tc.init_from:
+            used = init_weights_from(tc.init_from, model, data_dir / "spm.model")
+            log(f"initialised the weights from {used} (warm start; optimizer and schedule start at step 0)")
+    if rank == 0 and not (resume and states):
+        atomic_write_text(run_dir / "train_config.json", json.dumps(asdict(tc), indent=2))
+        atomic_write_text(run_dir / "metrics.jsonl", "")
+        atomic_copy(data_dir / "spm.model", run_dir / "spm.model")
+    train_src, train_tgt = load_split(data_dir, "train", tc.direction)
+    train_src, train_tgt = upsample_sentences(train_src, train_tgt, tc.upsample_sentences)
+    valid_src, valid_tgt = load_split(data_dir, "valid", tc.direction)
+    src_ids, tgt_ids = encode_pairs(tokenizer, train_src, train_tgt, tc.max_len, cfg.eos_id)
+    log(f"{len(src_ids)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}")
+    fwd = torch.compile(model) if tc.compile else model
+    if world > 1:
+        fwd = DistributedDataParallel(fwd, device_ids=[device.index] if device.type == "cuda" else None)
+    amp = autocast_for(tc, device)
+    model.train()
+    t_start = time.perf_counter() - state["wall_time"]
+    metrics_path = run_dir / "metrics.jsonl"
+    bar = tqdm(total=tc.max_steps, initial=state["step"], disable=rank != 0, dynamic_ncols=True, desc=tc.direction)
+    stop = state["step"] >= tc.max_steps  # resuming a finished run trains nothing more
+    if stop:
+        log(f"the run is already at step {state['step']} >= max_steps {tc.max_steps}: nothing to train")
+    window_loss, window_tok, window_t0 = 0.0, 0, time.perf_counter()
+    while not stop and state["epoch"] < tc.max_epochs:
+        steps = step_batches(tc, src_ids, tgt_ids, state["epoch"], rank=rank, world=world)
+        for k in range(state["batch_in_epoch"], len(steps)):
+            micro = steps[k]
+            n_tok_local = sum(sum(len(tgt_ids[i]) for i in b) for b in micro)
+            n_tok = torch.tensor(float(n_tok_local), device=device)
+            if world > 1:
+                dist.all_reduce(n_tok)
+            step = state["step"] + 1
+            lr = noam_lr(step, cfg.d_model, tc.warmup_steps, tc.lr_scale)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            loss_sum = 0.0
+            for j, b in enumerate(micro):
+                s, d, t = collate(b, src_ids, tgt_ids, cfg)
+                sync = world == 1 or j == len(micro) - 1
+                ctx = fwd.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
+                with ctx, amp:
+                    logits = fwd(s.to(device), d.to(device))
+                    loss, _ = label_smoothed_loss(logits, t.to(device), tc.epsilon_ls, cfg.pad_id)
+                    # DDP averages gradients over ranks: scale so the step's gradient is the mean per target
+                    # token of the global batch, the same as one process accumulating all micro-batches.
+                    (loss * world / n_tok).backward()
+                loss_sum += float(loss.detach())
+            opt.step()
+            n_tok_global = int(n_tok.item())
+            if world > 1:  # log the loss of the global batch, not only rank 0's share
+                loss_t = torch.tensor(loss_sum, dtype=torch.float64, device=device)
+                dist.all_reduce(loss_t)
+                loss_sum = float(loss_t.item())
+            state["step"] = step
+            state["batch_in_epoch"] = k + 1
+            state["tokens"] += n_tok_global
+            window_loss += loss_sum
+            window_tok += n_tok_global
+            elapsed = time.perf_counter() - window_t0
+            tps = window_tok / max(elapsed, 1e-9)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum / max(n_tok_global, 1):.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
+            log_now = step % max(1, tc.valid_every // 10) == 0
+            valid_now = tc.valid_every > 0 and step % tc.valid_every == 0
+            out_of_time = tc.max_minutes > 0 and (time.perf_counter() - t_start) / 60 >= tc.max_minutes
+            if world > 1 and tc.max_minutes > 0:  # ranks must agree on stopping, or the others hang in all_reduce
+                flag = torch.tensor(float(out_of_time), device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                out_of_time = bool(flag.item())
+            last = step >= tc.max_steps or out_of_time
+            if rank == 0 and (log_now or valid_now or last):
+                rec = {"step": step, "epoch": state["epoch"], "train_loss": window_loss / max(window_tok, 1), "lr": lr,
+                       "tokens_per_s": tps, "wall_time": time.perf_counter() - t_start}
+                if valid_now or last:
+                    v = validate(model, tokenizer, valid_src, valid_tgt, cfg, beam_size=tc.valid_beam_size,
+                                 n_bleu=tc.valid_bleu_sentences, max_tokens=tc.max_tokens, device=device)
+                    samples = v.pop("valid_samples")
+                    rec.update(v)
+                    bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} | " + " || ".join(f"{a} => {b}" for a, b in samples[:2]))
+                with open(metrics_path, "a") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+                window_loss, window_tok, window_t0 = 0.0, 0, time.perf_counter()
+            if rank == 0 and (step % tc.save_every == 0 or last):
+                state["wall_time"] = time.perf_counter() - t_start
+                save_state(run_dir, model, opt, state, tc.keep)
+            if last:
+                stop = True
+                break
+        if not stop:
+            state["epoch"] += 1
+            state["batch_in_epoch"] = 0
+    bar.close()
+    if world > 1:
+        dist.barrier()
+    return run_dir

@@ -1,0 +1,95 @@
+"""The paper's training recipe as numbers (Section 5): the learning rate of Equation 3 (Section 5.3), the
+label-smoothed loss (Section 5.4) and :class:`TrainConfig`, every setting that defines a run (batch size in
+tokens, Section 5.1; Adam beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and warmup_steps, Section 5.3; epsilon_ls,
+Section 5.4). Imports only torch, never the training loop, so the app's lessons can draw the schedule and the
+smoothed target cheaply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def noam_lr(step: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0) -> float:
+    """Equation 3 (Section 5.3): ``lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``.
+
+    Args:
+        step: optimizer step, counted from 1.
+        d_model: model width (the paper: 512).
+        warmup_steps: steps of linear increase (the paper: 4000).
+        lr_scale: factor on the whole schedule (1.0 = the paper's).
+
+    Returns:
+        The learning rate (a Python float) for Adam at ``step``.
+
+    Raises:
+        ValueError: ``step < 1`` or ``warmup_steps < 1``.
+    """
+    if step < 1 or warmup_steps < 1:
+        raise ValueError(f"step and warmup_steps must be >= 1, got step={step}, warmup_steps={warmup_steps}")
+    return lr_scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: float,
+                        pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy against the smoothed target ``q = (1 - epsilon_ls) * onehot(y) + epsilon_ls / V``
+    (Section 5.4, Szegedy et al. 2016), summed over non-pad positions; computed by ``F.cross_entropy`` with
+    ``label_smoothing`` (the same eps / V convention), in float32 whatever the dtype of ``logits``. With
+    ``epsilon_ls = 0`` it is the plain negative log-likelihood (what validation reports).
+
+    Args:
+        logits: ``(B, T, V)`` float (any float dtype).
+        target: ``(B, T)`` int64; ``pad_id`` positions are ignored.
+        epsilon_ls: smoothing mass in [0, 1) (the paper: 0.1).
+        pad_id: the padding id.
+
+    Returns:
+        ``(loss, n_tokens)``: the smoothed loss sum (float32 scalar in nats, differentiable) and the number of
+        non-pad target tokens (int64 scalar tensor on the device of ``target``, so that no GPU sync is forced;
+        call ``int()`` on it when a Python number is needed).
+    """
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=pad_id,
+                           label_smoothing=epsilon_ls, reduction="sum")
+    return loss, (target != pad_id).sum()
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (stored as ``train_config.json`` in the run directory).
+
+    Paper values where the paper gives one: Adam betas (0.9, 0.98) and eps 1e-9, warmup_steps 4000
+    (Section 5.3), epsilon_ls 0.1 (Section 5.4), about 25,000 target tokens a step (Section 5.1).
+    """
+
+    data_dir: str
+    run_dir: str
+    direction: str = "en-de"
+    preset: str = "base"
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int = 4096  # per micro-batch (padded source or target tokens)
+    tokens_per_step: int = 25000  # target tokens a step gathers via accumulation (paper ~25k)
+    accumulation: int = 0  # micro-batches per step and rank; 0 = derive from tokens_per_step
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0
+    epsilon_ls: float = 0.1
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    max_steps: int = 100000
+    max_epochs: int = 1000
+    max_minutes: float = 0.0  # 0 = no time limit
+    seed: int = 1234
+    valid_every: int = 1000
+    valid_bleu_sentences: int = 200
+    valid_beam_size: int = 4
+    save_every: int = 1000
+    keep: int = 5
+    compile: bool = False
+    amp: bool = True  # bf16 autocast on CUDA
+    max_len: int = 128  # drop training pairs longer than this (pieces)
+    threads: int = 0
+    upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
+    amp_cpu: bool = False  # bf16 autocast on CPU as well (CPUs with AVX512-BF16 or AMX; off by default)
+    init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
