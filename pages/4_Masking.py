@@ -28,7 +28,7 @@ def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr) -> 
         tgt_ids = _tr.tokenizer.encode(" ".join(reference.split()))[: cfg.max_len - 2] + [cfg.eos_id]
         mode = "your reference"
     else:
-        tgt_ids = list(_tr.translate(text, beam_size=4, return_attention=False).tgt_ids)
+        tgt_ids = list(_tr.translate(text, beam_size=4, return_attention=False).output_ids)
         mode = "the model's translation (beam 4)"
     dec_in = [cfg.bos_id] + tgt_ids[:-1]
     return {"src_ids": src_ids, "src_pieces": _tr.pieces(src_ids), "dec_in": dec_in, "dec_in_pieces": _tr.pieces(dec_in),

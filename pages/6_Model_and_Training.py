@@ -13,6 +13,7 @@ from aiayn import app as ui
 from aiayn.model.config import TransformerConfig
 from aiayn.figures import labs
 from aiayn.evaluation.modelcard import config_change_notes
+from aiayn.training.recipe import noam_lr
 
 
 @st.cache_data(max_entries=16, show_spinner="Counting parameters…")
@@ -123,7 +124,7 @@ try:
 except lessons.LessonInputError as exc:
     st.error(str(exc), icon="🚫")
 else:
-    peak = (int(warm), lessons.noam_lr(int(warm), int(lr_d), int(warm))) if warm <= steps else None
+    peak = (int(warm), noam_lr(int(warm), int(lr_d), int(warm))) if warm <= steps else None
     sched = {f"d_model={int(lr_d)}, warmup_steps={int(warm)}": mine, "paper base (512, 4000)": base}
     ui.show_figure(labs.lr_figure(sched, presenter=ctx.presenter, peaks={"chosen": peak} if peak else None), key="lr",
                    filename="lr_schedule")

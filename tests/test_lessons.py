@@ -11,7 +11,7 @@ import torch
 
 from aiayn import Transformer, TransformerConfig, lessons
 from aiayn.decoding import greedy_decode
-from aiayn.training import label_smoothed_loss
+from aiayn.training.recipe import label_smoothed_loss
 
 
 def small_model(seed: int = 0, **overrides) -> Transformer:
@@ -92,6 +92,10 @@ def test_pe_curves_reject_out_of_range_dimensions():
     with pytest.raises(lessons.LessonInputError, match="0..15"):
         lessons.pe_curves(10, 16, [3, 16])
     assert lessons.parse_int_list("0, 1 5") == [0, 1, 5]
+    assert lessons.as_int(4.0, "x") == 4 and type(lessons.as_int(np.int64(3), "x")) is int
+    for bad in (True, 2.5, "3", None):
+        with pytest.raises(lessons.LessonInputError, match="x must be a whole number"):
+            lessons.as_int(bad, "x")
     with pytest.raises(lessons.LessonInputError, match="not a whole number"):
         lessons.parse_int_list("1, two")
 
@@ -143,10 +147,11 @@ def test_decode_with_causal_mask_equals_model_decode():
     tgt = torch.tensor([[2, 10, 11, 12, 13], [2, 14, 15, 0, 0]])
     with torch.inference_mode():
         enc = model.encode(src)
-        ref = model.decode(tgt, enc, need_weights=True)
+        ref = model.decode(tgt, enc, need_weights=True, need_scores=True)
         mine = lessons.decode_with_self_mask(model, tgt, enc, causal=True, need_weights=True)
-    assert torch.allclose(mine.logits, ref.logits, atol=1e-6)
-    assert torch.allclose(mine.self_weights, ref.self_weights, atol=1e-6)
+    # it is the model's decoder itself (Transformer.decode), bit for bit
+    assert torch.equal(mine.logits, ref.logits) and torch.equal(mine.self_weights, ref.self_weights)
+    assert torch.equal(mine.self_scores, ref.self_scores) and torch.equal(mine.cross_weights, ref.cross_weights)
     # and with the causal mask no weight falls on a future key
     assert float(torch.triu(mine.self_weights, diagonal=1).abs().max()) == 0.0
 
@@ -204,7 +209,7 @@ def test_decoder_mask_steps_against_the_projections():
     d_k = model.cfg.d_k
     # layer 0's queries and keys come from the embedded decoder input: recompute Q K^T by hand
     with torch.no_grad():
-        x = model._embed(torch.tensor([dec_in]), "tgt")[0].double()
+        x = model.embed(torch.tensor([dec_in]), "tgt")[0].double()
         att = model.decoder_layers[0].self_attn
         wq, bq = att.w_q.weight.double(), att.w_q.bias.double()
         wk, bk = att.w_k.weight.double(), att.w_k.bias.double()
@@ -323,7 +328,8 @@ def test_label_smoothing_target_and_loss_by_hand():
     assert lessons.smoothed_cross_entropy(p, 1, 0.2) == pytest.approx(hand)
     assert hand == pytest.approx(0.648562, abs=1e-6)
     # the training loss agrees (logits = log p)
-    loss, nll, n = label_smoothed_loss(torch.log(torch.tensor([[p]])), torch.tensor([[1]]), 0.2, pad_id=0)
+    loss, n = label_smoothed_loss(torch.log(torch.tensor([[p]])), torch.tensor([[1]]), 0.2, pad_id=0)
+    nll, _ = label_smoothed_loss(torch.log(torch.tensor([[p]])), torch.tensor([[1]]), 0.0, pad_id=0)
     assert n == 1 and float(loss) == pytest.approx(hand, rel=1e-5) and float(nll) == pytest.approx(-math.log(0.7), rel=1e-5)
     for eps in (0.0, 0.1, 0.5):
         assert lessons.smoothed_target(37, 5, eps).sum() == pytest.approx(1.0)

@@ -13,6 +13,7 @@ import torch
 from aiayn import Transformer, TransformerConfig
 from aiayn.decoding import beam_search, greedy_decode
 from aiayn.model.positional import sinusoidal_encoding
+from aiayn.model.transformer import causal_mask
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
@@ -98,6 +99,57 @@ def test_fast_path_equals_capture_path_and_maps_are_distributions():
         torch.testing.assert_close(
             maps.cross[:, b, :, :T, :S], torch.softmax(maps.cross_scores[:, b, :, :T, :S], -1), atol=1e-5, rtol=1e-5
         )
+
+
+def test_decode_self_attn_mask_causal_is_the_default_and_all_true_sees_the_future():
+    """``Transformer.decode(self_attn_mask=...)``: the explicit causal mask (2-d or per sentence) is the default
+    bit for bit, on both paths; an all-True mask lets earlier positions see a later token (Section 3.2.3)."""
+    model = _model(seed=5, norm_first=True, positional="learned")
+    src, tgt = _pad(SRC), _pad(TGT)
+    T = tgt.size(1)
+    causal = causal_mask(T)
+    with torch.no_grad():
+        enc = model.encode(src, need_weights=True, need_scores=True)
+        for need_weights, need_scores in ((False, False), (True, False), (True, True)):
+            ref = model.decode(tgt, enc, need_weights=need_weights, need_scores=need_scores)
+            for mask in (causal, causal.expand(len(TGT), T, T)):
+                got = model.decode(tgt, enc, need_weights=need_weights, need_scores=need_scores, self_attn_mask=mask)
+                assert torch.equal(got.logits, ref.logits)
+                for name in ("self_weights", "cross_weights", "self_scores", "cross_scores"):
+                    a, b = getattr(got, name), getattr(ref, name)
+                    assert (a is None and b is None) or torch.equal(a, b), name
+        # all-True: a change of the last token reaches every earlier position (it stays blind to pads)
+        everything = torch.ones(T, T, dtype=torch.bool)
+        changed = tgt.clone()
+        changed[0, 3] = 33  # last real token of sentence 0 (length 4)
+        a = model.decode(tgt, enc, self_attn_mask=everything, need_weights=True)
+        b = model.decode(changed, enc, self_attn_mask=everything).logits
+        c = model.decode(tgt, enc).logits
+        d = model.decode(changed, enc).logits
+    torch.testing.assert_close(c[0, :3], d[0, :3], atol=0, rtol=0)  # causal: blind to the future
+    assert (a.logits[0, :3] - b[0, :3]).abs().amax(-1).min() > 1e-4  # all-True: every earlier row sees it
+    assert float(a.self_weights[:, 0].triu(1).sum()) > 0
+    assert torch.all(a.self_weights[:, 1, :, :, 2:] == 0)  # sentence 1 has 2 tokens: its pads stay masked
+    with pytest.raises(ValueError, match="bool"):
+        model.decode(tgt, enc, self_attn_mask=everything.float())
+    with pytest.raises(ValueError, match="shape"):
+        model.decode(tgt, enc, self_attn_mask=everything[:, :-1])
+    with pytest.raises(ValueError, match="shape"):
+        model.decode(tgt, enc, self_attn_mask=everything.expand(2, T, T))
+
+
+def test_decode_self_attn_mask_with_cache():
+    """With a cache the mask covers every key so far, ``(T, cache.length + T)``: the causal one is the default."""
+    model = _model(seed=6)
+    src, tgt = torch.tensor([SRC[0]]), torch.tensor([TGT[0]])
+    with torch.no_grad():
+        enc = model.encode(src)
+        ref = model.decode(tgt[:, 2:], enc, cache=model.decode(tgt[:, :2], enc, cache=model.init_cache(enc)).cache)
+        first = model.decode(tgt[:, :2], enc, cache=model.init_cache(enc), self_attn_mask=causal_mask(2))
+        got = model.decode(tgt[:, 2:], enc, cache=first.cache, self_attn_mask=causal_mask(2, offset=2))
+    assert torch.equal(got.logits, ref.logits) and got.cache.length == 4
+    with pytest.raises(ValueError, match=r"\(2, 4\)"):
+        model.decode(tgt[:, 2:], enc, cache=first.cache, self_attn_mask=causal_mask(2))
 
 
 def test_first_encoder_layer_scores_by_hand():

@@ -152,7 +152,24 @@ class Transformer(nn.Module):
         return next(self.parameters()).device
 
     # -- embeddings ---------------------------------------------------------------------------------------
-    def _embed(self, tokens: Tensor, side: str, start: int = 0) -> Tensor:
+    def embed(self, tokens: Tensor, side: str, start: int = 0) -> Tensor:
+        """Input of the first layer (Sections 3.4, 3.5): ``E[tokens] * sqrt(d_model) + PE(start + pos)``,
+        then dropout (P_drop, Section 5.4; none in eval mode).
+
+        Args:
+            tokens: ``(B, T)`` int64 ids (not checked here; :meth:`encode` / :meth:`decode` check them).
+            side: ``"src"`` or ``"tgt"``: which embedding and learned position table (they differ only
+                without ``share_embeddings`` / with ``positional="learned"``).
+            start: absolute position of ``tokens[:, 0]`` (the cache length in incremental decoding).
+
+        Returns:
+            ``(B, T, D)`` float, in the embedding's dtype.
+
+        Raises:
+            ValueError: ``side`` is neither ``"src"`` nor ``"tgt"``.
+        """
+        if side not in ("src", "tgt"):
+            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
         cfg = self.cfg
         table = self.embedding if cfg.share_embeddings else (self.src_embedding if side == "src" else self.tgt_embedding)
         if cfg.positional == "sinusoidal":
@@ -181,6 +198,15 @@ class Transformer(nn.Module):
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
             raise ValueError(f"{name} holds ids outside the vocabulary [0, {self.cfg.vocab_size})")
 
+    @staticmethod
+    def _check_self_attn_mask(mask: Tensor, b: int, t: int, k: int) -> Tensor:
+        """``(T, K)`` or ``(B, T, K)`` bool -> ``(1 or B, 1, T, K)`` (broadcast over heads)."""
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise ValueError(f"self_attn_mask must be a bool tensor (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+        if mask.dim() not in (2, 3) or tuple(mask.shape[-2:]) != (t, k) or (mask.dim() == 3 and mask.size(0) not in (1, b)):
+            raise ValueError(f"self_attn_mask must have shape ({t}, {k}) or ({b}, {t}, {k}), got {tuple(mask.shape)}")
+        return mask[None, None] if mask.dim() == 2 else mask[:, None]
+
     # -- encoder / decoder ----------------------------------------------------------------------------------
     def encode(self, src: Tensor, *, need_weights: bool = False, need_scores: bool = False) -> EncoderOutput:
         """Run the encoder stack on ``src`` ``(B, S)`` int64. Pads (``pad_id``) are never attended to.
@@ -191,7 +217,7 @@ class Transformer(nn.Module):
         self._check_tokens(src, "src")
         src_mask = src != self.cfg.pad_id
         attn_mask = src_mask[:, None, None, :]
-        x = self._embed(src, "src")
+        x = self.embed(src, "src")
         ws, ss = [], []
         for layer in self.encoder_layers:
             x, att = layer(x, attn_mask, need_weights or need_scores, need_scores)
@@ -221,6 +247,7 @@ class Transformer(nn.Module):
         need_weights: bool = False,
         need_scores: bool = False,
         cache: DecoderCache | None = None,
+        self_attn_mask: Tensor | None = None,
     ) -> DecoderOutput:
         """Run the decoder stack on ``tgt`` ``(B, T)`` (BOS-shifted decoder input) over ``enc``.
 
@@ -228,21 +255,41 @@ class Transformer(nn.Module):
         which start at ``cache.length``; the result carries the updated cache. Without a cache the whole
         prefix is recomputed. Self-attention is causal (Section 3.2.3) and never looks at pads.
 
+        Args:
+            tgt: ``(B, T)`` int64 decoder input ids (BOS first, pads = ``pad_id``).
+            enc: :meth:`encode` of the source.
+            need_weights / need_scores: fill the self/cross weights (and the pre-softmax scores) of every
+                layer (the exact capture path of :mod:`aiayn.model.attention`).
+            cache: incremental decoding state, or None.
+            self_attn_mask: the look-ahead part of the self-attention mask, bool, True = query i may
+                attend key j; ``(T, K)`` for every sentence or ``(B, T, K)`` per sentence, with
+                ``K = cache.length + T`` (``K = T`` without a cache). None (default) is the causal mask
+                of Section 3.2.3 (``j <= i``); the teaching lab passes all-True to show what the mask
+                prevents. Without a cache, pad keys of ``tgt`` are masked on top of it, as for the default.
+                A query row with no allowed key gets zero weights and a zero attention output.
+
         Returns:
             :class:`DecoderOutput`; logits ``(B, T, V)``.
+
+        Raises:
+            ValueError: malformed ``tgt``, decoding past ``max_len``, or ``self_attn_mask`` not a bool
+                tensor of shape ``(T, K)`` / ``(B, T, K)``.
         """
         self._check_tokens(tgt, "tgt")
         start = cache.length if cache is not None else 0
         t = tgt.size(1)
         if start + t > self.cfg.max_len:
             raise ValueError(f"decoding past max_len={self.cfg.max_len} positions")
-        causal = causal_mask(t, tgt.device, offset=start)  # (T, start + T)
-        if cache is None:
-            self_mask = causal[None, None] & (tgt != self.cfg.pad_id)[:, None, None, :]
+        if self_attn_mask is None:
+            look_ahead = causal_mask(t, tgt.device, offset=start)[None, None]  # (1, 1, T, start + T)
         else:
-            self_mask = causal[None, None]
+            look_ahead = self._check_self_attn_mask(self_attn_mask, tgt.size(0), t, start + t).to(tgt.device)
+        if cache is None:
+            self_mask = look_ahead & (tgt != self.cfg.pad_id)[:, None, None, :]
+        else:
+            self_mask = look_ahead
         cross_mask = enc.src_mask[:, None, None, :]
-        y = self._embed(tgt, "tgt", start)
+        y = self.embed(tgt, "tgt", start)
         cap = need_weights or need_scores
         sw, cw, ssc, csc = [], [], [], []
         new_self, new_cross = [], []
