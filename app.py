@@ -114,7 +114,7 @@ inside **every head of every layer**, for any sentence you type. Everything runs
         st.markdown("#### Pages")
         carry = ui.nav_query_params()
         for path, label, icon in ui.PAGES[1:]:
-            if ui._page_exists(path):
+            if ui.page_exists(path):
                 ui.page_link(path, label=f"**{label}**", icon=icon, query_params=carry or None)
                 st.caption(PAGE_BLURBS.get(path, ""))
     with right:

@@ -2,7 +2,8 @@
 
 Weights are stored with safetensors, never pickle: nothing read from a checkpoint is ever unpickled.
 Loading checks every file and names the one at fault: a missing file raises ``FileNotFoundError``, a
-truncated, corrupt or foreign one raises ``ValueError``.
+truncated, corrupt or foreign one raises ``ValueError``. File names, the format tag and the reading of
+``config.json`` live in the torch-free :mod:`aiayn.checkpoint_format` (re-exported here).
 """
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .checkpoint_format import (  # noqa: F401 - the format's names stay importable from here
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    SPM_FILE,
+    WEIGHTS_FILE,
+    read_config,
+)
 from .files import atomic_path, atomic_write_bytes
-from .model.config import TransformerConfig
 from .model.transformer import Transformer
-
-FORMAT = "aiayn-checkpoint"
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-SPM_FILE = "spm.model"
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -66,34 +68,6 @@ def save_checkpoint(
     }
     atomic_write_bytes(d / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True).encode())
     return d
-
-
-def read_config(directory: str | Path) -> dict[str, Any]:
-    """Read and validate ``config.json`` of a checkpoint directory.
-
-    Raises:
-        FileNotFoundError: the directory or its ``config.json`` is missing.
-        ValueError: ``config.json`` is not valid JSON or not an aiayn checkpoint config.
-    """
-    d = Path(directory)
-    if not d.is_dir():
-        raise FileNotFoundError(f"checkpoint directory not found: {d}")
-    path = d / CONFIG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file missing: {path}")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); the checkpoint is truncated or corrupt") from exc
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an aiayn checkpoint config (expected \"format\": \"{FORMAT}\")")
-    if config.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(f"{path} has format_version {config['format_version']}; this aiayn reads up to {FORMAT_VERSION}")
-    try:
-        config["model_config"] = TransformerConfig.from_dict(config["model"])
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"{path}: invalid model config: {exc}") from exc
-    return config
 
 
 def load_state(path: str | Path) -> dict[str, torch.Tensor]:

@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 import torch
 
+from aiayn.checkpoint_format import CHECKPOINT_FILES
 from aiayn.model.config import TransformerConfig
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKPOINT_FILES = ("config.json", "model.safetensors", "spm.model")
 
 
 @dataclass

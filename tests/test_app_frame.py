@@ -1,8 +1,10 @@
 """The app frame: Overview page, sidebar navigation, shared direction, URL state, missing checkpoints."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
@@ -76,7 +78,7 @@ def test_missing_checkpoint_shows_error_not_traceback(tmp_path, monkeypatch):
     assert "config.json" in at.error[0].value
 
 
-def test_presenter_mode_switches_colour_scale(checkpoints):
+def test_presenter_mode_sets_large_page_type(checkpoints):
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["presenter"] = "true"
     at.run()
@@ -86,6 +88,118 @@ def test_presenter_mode_switches_colour_scale(checkpoints):
     assert f"font-size: {ui.PRESENTER_FONT_SIZE}px" in css
     at.toggle(key="presenter").set_value(False).run()
     assert not any("font-size" in str(h.proto) for h in at.get("html"))
+
+
+def _probe_page():
+    """A page with one heatmap drawn the way the pages draw theirs (colour scale from the frame)."""
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    from aiayn import app as ui
+
+    ctx = ui.setup_page("Frame probe")
+    st.write(f"colorscale={ctx.colorscale} template={ctx.template}")
+    fig = go.Figure(go.Heatmap(z=[[0.0, 1.0], [1.0, 0.0]], colorscale=ctx.colorscale, colorbar=dict(title="w")))
+    fig.update_layout(title="probe", xaxis_title="key", yaxis_title="query")
+    fig.add_annotation(x=0, y=0, text="note")
+    ui.show_figure(fig, key="probe", filename="probe chart")
+
+
+def _probe(params: dict[str, str]):
+    at = AppTest.from_function(_probe_page, default_timeout=60)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, at.exception
+    chart = at.get("plotly_chart")[0].proto
+    return at, json.loads(chart.spec), json.loads(chart.config)
+
+
+def test_presenter_mode_switches_colour_scale_and_chart_type(checkpoints):
+    import plotly.colors
+
+    at, normal, config = _probe({})
+    assert "colorscale=Viridis" in _texts(at)
+    assert [c[1] for c in normal["data"][0]["colorscale"]] == [c[1] for c in plotly.colors.get_colorscale("Viridis")]
+    assert "size" not in normal["layout"].get("font", {}) and "tickfont" not in normal["layout"]["xaxis"]
+    assert config["toImageButtonOptions"] == {"format": "png", "filename": "probe_chart", "scale": 2}
+
+    at, big, config = _probe({"presenter": "true", "export": "svg"})
+    size = ui.PRESENTER_FONT_SIZE
+    assert "colorscale=Cividis" in _texts(at)
+    assert [c[1] for c in big["data"][0]["colorscale"]] == [c[1] for c in plotly.colors.get_colorscale("Cividis")]
+    # large type set on every element (Streamlit's chart theme would override a layout-level font alone)
+    lay = big["layout"]
+    assert lay["font"]["size"] == size and lay["title"]["font"]["size"] == size + 4
+    assert lay["hoverlabel"]["font"]["size"] == size and lay["legend"]["font"]["size"] == size
+    for axis in ("xaxis", "yaxis"):
+        assert lay[axis]["tickfont"]["size"] == size - 2 and lay[axis]["title"]["font"]["size"] == size
+    assert lay["annotations"][0]["font"]["size"] == size
+    assert big["data"][0]["colorbar"]["tickfont"]["size"] == size - 2
+    assert big["data"][0]["colorbar"]["title"]["font"]["size"] == size
+    assert lay["height"] == 480
+    assert config["toImageButtonOptions"] == {"format": "svg", "filename": "probe_chart", "scale": 1}
+
+
+def test_checkpoint_info_reads_config_without_torch(tiny_checkpoints):
+    import subprocess
+    import sys
+
+    code = ("import sys; from aiayn.app import models; info = models.checkpoint_info('en-de'); "
+            "print(info.cfg.d_model, info.meta['num_parameters'] > 0, 'torch' in sys.modules)")
+    env = {**__import__("os").environ, "AIAYN_CHECKPOINTS": str(tiny_checkpoints)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True)
+    assert out.stdout.split() == ["64", "True", "False"]
+
+
+def test_checkpoint_info_names_the_file_at_fault(tmp_path, monkeypatch, tiny_checkpoints):
+    import shutil
+
+    from aiayn.checkpoint_format import FORMAT_VERSION, SPM_FILE
+
+    root = tmp_path / "ckpts"
+    shutil.copytree(tiny_checkpoints, root)
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    assert ui.checkpoint_info("de-en").cfg.d_model == 64
+    (root / "en-de" / SPM_FILE).unlink()
+    with pytest.raises(ui.ModelUnavailable, match="checkpoint file missing: .*spm.model"):
+        ui.checkpoint_info("en-de")
+    cfg_file = root / "de-en" / "config.json"
+    config = json.loads(cfg_file.read_text())
+    cfg_file.write_text(json.dumps({**config, "format_version": FORMAT_VERSION + 1}))
+    with pytest.raises(ui.ModelUnavailable, match="format_version"):
+        ui.checkpoint_info("de-en")
+    cfg_file.write_text(json.dumps({**config, "model": "d_model=64"}))
+    with pytest.raises(ui.ModelUnavailable, match="invalid model config"):
+        ui.checkpoint_info("de-en")
+    shutil.rmtree(root / "de-en")
+    with pytest.raises(ui.ModelUnavailable, match="no checkpoint directory"):
+        ui.checkpoint_info("de-en")
+
+
+def test_warm_imports_starts_one_thread_per_process():
+    st.cache_resource.clear()
+    first = ui.warm_imports()
+    assert ui.warm_imports() is first and first.daemon
+    first.join(timeout=60)
+    assert not first.is_alive()
+    st.cache_resource.clear()
+
+
+def test_page_paths_resolve_from_the_repository_root(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert all(ui.page_exists(path) for path, _, _ in ui.PAGES if (REPO / path).is_file())
+    assert not ui.page_exists("pages/0_Missing.py")
+
+
+def test_checkpoints_dir_defaults_to_the_shipped_checkpoints(monkeypatch, tmp_path):
+    monkeypatch.delenv("AIAYN_CHECKPOINTS", raising=False)
+    assert ui.checkpoints_dir() == REPO / "checkpoints"
+    assert ui.checkpoint_path("de-en") == REPO / "checkpoints" / "de-en"
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tmp_path))
+    assert ui.checkpoint_path("en-de") == tmp_path / "en-de"
+    with pytest.raises(ValueError, match="unknown direction"):
+        ui.checkpoint_path("fr-en")
 
 
 def test_overview_compares_test_scores_with_the_dictionary_baseline(tmp_path, monkeypatch, tiny_checkpoints):

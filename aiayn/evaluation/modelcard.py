@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint_format import CONFIG_FILE
+from ..files import atomic_write_text
+
 EVERYDAY = {
     "en": ["I have no time.", "The cat sat on the mat.", "Where is the train station?", "We will meet tomorrow morning.",
            "This book is very interesting.", "Can you help me, please?", "He won't be attending the conference."],
@@ -33,7 +36,7 @@ _BOOKKEEPING = {"max_minutes", "max_steps", "max_epochs", "keep", "save_every", 
 
 def config_change_notes(changes: list[dict[str, Any]] | None, accumulation: int | None = None) -> list[tuple[int, str]]:
     """``[(step, "key old -> new, ...")]`` for the recipe changes made when a run was resumed with other flags
-    (``meta["config_changes"]`` of a checkpoint, written by :func:`aiayn.training.record_config_change`).
+    (``meta["config_changes"]`` of a checkpoint, written by :func:`aiayn.training.state.record_config_change`).
     Bookkeeping keys (time limit, saving, logging, threads, paths) are left out, and ``tokens_per_step`` when the
     run's ``accumulation`` is fixed (> 0: the step size does not use it); so are records with nothing else."""
     notes = []
@@ -148,8 +151,6 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
 def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:
     """Copy the test scores of an ``aiayn evaluate`` JSON into the checkpoint's ``config.json`` meta
     (``meta["test_scores"]``), so the app can show them without reading the card."""
-    from ..checkpoint import CONFIG_FILE, _atomic_write_bytes
-
     path = Path(ckpt) / CONFIG_FILE
     config = json.loads(path.read_text())
     sc = evaluation.get("scores", {})
@@ -163,7 +164,7 @@ def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:
         "bleu_signature": evaluation.get("signatures", {}).get("bleu"),
         "chrf_signature": evaluation.get("signatures", {}).get("chrf"),
     }
-    _atomic_write_bytes(path, json.dumps(config, indent=2, sort_keys=True).encode())
+    atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True))
 
 
 def _score(value: Any) -> float | None:
@@ -216,9 +217,7 @@ def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str 
     if evaluation:
         record_scores(ckpt, evaluation)
     text = render_card(ckpt, evaluation, datasheet, samples, hardware, notes)
-    out = ckpt / "MODEL_CARD.md"
-    out.write_text(text)
-    return out
+    return atomic_write_text(ckpt / "MODEL_CARD.md", text)
 
 
 def cli_main(argv: list[str]) -> int:

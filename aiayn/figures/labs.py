@@ -1,6 +1,7 @@
 """Plotly figures of the teaching labs (positional encoding, masking, scaled dot-product attention, model
 size and training). Pure builders: numbers in (from :mod:`aiayn.lessons`), ``plotly.graph_objects.Figure``
-out; no Streamlit. ``presenter=True`` enlarges all type; colour scales are passed in by the page.
+out; no Streamlit. ``presenter=True`` enlarges all type (the template of :mod:`aiayn.figures.theme`); colour
+scales are passed in by the page.
 
 Axis labels of token axes are unique ``f"{i}:{piece}"`` strings, since pieces repeat in a sentence.
 """
@@ -15,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import plotly_safe
+from .theme import FONT_SIZE, apply_presenter_theme
 
 #: Okabe-Ito palette: distinguishable with the common colour-vision deficiencies.
 SAFE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -24,14 +26,17 @@ MASKED_LABEL = "−∞ (masked)"
 
 
 def _style(fig: go.Figure, presenter: bool, title: str | None = None, height: int | None = None) -> go.Figure:
-    size = 20 if presenter else 13
+    """Title, margins, the colour-blind-safe colorway and the type size; ``presenter=True`` writes the
+    presenter template onto every text element (:func:`aiayn.figures.theme.apply_presenter_theme`)."""
     fig.update_layout(
-        font=dict(size=size),
-        title=dict(text=title, font=dict(size=size + 3)) if title else None,
+        font=dict(size=FONT_SIZE),
+        title=dict(text=title, font=dict(size=FONT_SIZE + 3)) if title else None,
         margin=dict(l=60, r=30, t=70 if title else 30, b=50),
         colorway=SAFE_COLORS,
-        legend=dict(font=dict(size=size)),
+        legend=dict(font=dict(size=FONT_SIZE)),
     )
+    if presenter:
+        apply_presenter_theme(fig)
     if height:
         fig.update_layout(height=height)
     return fig

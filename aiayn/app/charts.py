@@ -1,0 +1,70 @@
+"""Plotly charts in the app: the modebar export (PNG or SVG, rendered by plotly.js in the browser: offline,
+no kaleido), presenter mode (the template of :mod:`aiayn.figures.theme`, at least 480 px tall) and
+``st.plotly_chart`` full width with Streamlit's chart theme. Not a paper section: the app's figure job.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from ..figures.theme import apply_presenter_theme
+
+EXPORT_FORMATS = ("png", "svg")
+#: the smallest height (pixels) of a chart in presenter mode
+PRESENTER_MIN_HEIGHT = 480
+
+
+def safe_filename(stem: str, default: str) -> str:
+    """``stem`` with every character other than letters, digits, ``-``, ``_`` and ``.`` replaced by ``_``,
+    at most 120 characters; ``default`` when nothing is left."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:120] or default
+
+
+def plotly_config(filename: str = "figure", export_format: str | None = None) -> dict[str, Any]:
+    """Plotly modebar config: the camera button downloads ``filename`` as PNG (2x) or SVG.
+
+    ``export_format`` defaults to the session's "Chart download format" (``?export=svg``); an unknown
+    format falls back to PNG.
+    """
+    fmt = export_format or st.session_state.get("export", "png")
+    fmt = fmt if fmt in EXPORT_FORMATS else "png"
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": fmt, "filename": safe_filename(filename, "figure"),
+                                 "scale": 2 if fmt == "png" else 1},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+    }
+
+
+def prepare_figure(fig, *, presenter: bool | None = None, height: int | None = None):
+    """Apply presenter mode (large type, at least :data:`PRESENTER_MIN_HEIGHT` px tall) and ``height``
+    (pixels) to ``fig`` in place; returns it.
+
+    ``presenter`` defaults to the session's presenter mode. :func:`show_figure` calls it unless told the
+    figure is already prepared (a figure cached across reruns, prepared once before caching).
+    """
+    presenter = bool(st.session_state.get("presenter")) if presenter is None else presenter
+    if presenter:
+        apply_presenter_theme(fig)
+        if height is None and (fig.layout.height or 0) < PRESENTER_MIN_HEIGHT:
+            height = PRESENTER_MIN_HEIGHT
+    if height is not None:
+        fig.update_layout(height=height)
+    return fig
+
+
+def show_figure(fig, *, key: str, filename: str = "figure", height: int | None = None, prepared: bool = False) -> None:
+    """Show a plotly figure full width with the export config; in presenter mode with large type.
+
+    Args:
+        fig: a ``plotly.graph_objects.Figure`` (its fonts are enlarged in presenter mode).
+        key: unique Streamlit element key.
+        filename: stem of the downloaded image (no extension).
+        height: optional height in pixels.
+        prepared: ``fig`` went through :func:`prepare_figure` already and must not be changed (e.g. a
+            figure shared through ``st.cache_resource``); ``height`` is then ignored.
+    """
+    if not prepared:
+        prepare_figure(fig, height=height)
+    st.plotly_chart(fig, width="stretch", config=plotly_config(filename), key=key, theme="streamlit")

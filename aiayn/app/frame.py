@@ -1,0 +1,233 @@
+"""The page frame: page config, title, the sidebar (navigation and the shared settings: translation
+direction, presenter mode, chart download format, all kept in the URL) and the :class:`PageContext` every
+page gets from :func:`setup_page`. Not a paper section: the app's layout job.
+
+Navigation uses the legacy auto-discovery of the ``pages/`` folder and a sidebar drawn here with
+``st.page_link``, not ``st.navigation``/``st.Page``: with a ``pages/`` folder beside the entry script,
+``st.navigation`` breaks deep links on a freshly started server (the first request to a sub-page runs
+without the entry script, or shows "Page not found"; streamlit issues #8860, #9992, #9624), and ``AppTest``
+does not reproduce that (a browser test against a fresh server does).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from ..figures.theme import PRESENTER_FONT_SIZE
+from .charts import EXPORT_FORMATS
+from .models import (
+    DEFAULT_DIRECTION,
+    DIRECTION_LABELS,
+    DIRECTIONS,
+    ModelUnavailable,
+    checkpoint_path,
+    checkpoints_dir,
+    load_translator,
+)
+from .params import is_bool, warn_bad_param
+
+#: (script path relative to the repository root, label, icon) of every page, in sidebar order
+PAGES: list[tuple[str, str, str]] = [
+    ("app.py", "Overview", "🏠"),
+    ("pages/1_Translate.py", "Translate", "🌐"),
+    ("pages/2_Attention_Explorer.py", "Attention explorer", "🔍"),
+    ("pages/3_Positional_Encoding.py", "Positional encoding", "〰️"),
+    ("pages/4_Masking.py", "Masking", "🎭"),
+    ("pages/5_Scaled_Dot_Product.py", "Scaled dot-product", "✖️"),
+    ("pages/6_Model_and_Training.py", "Model and training", "📈"),
+]
+#: the repository root (page paths in :data:`PAGES` are relative to it)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: heatmap colour scales: perceptually uniform and colour-blind-safe in both modes.
+COLORSCALE = "Viridis"
+PRESENTER_COLORSCALE = "Cividis"
+
+_PRESENTER_CSS = f"""
+<style>
+html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
+[data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li {{ font-size: 1.15rem; }}
+[data-testid="stWidgetLabel"] p {{ font-size: 1.05rem; }}
+[data-testid="stSidebar"] [data-testid="stPageLink"] p {{ font-size: 0.8rem; }}
+</style>
+"""
+
+
+@dataclass
+class PageContext:
+    """What a page needs from the frame. Built by :func:`setup_page`.
+
+    Attributes:
+        direction: ``"en-de"`` or ``"de-en"``, shared by all pages and bound to the URL (``?direction=``).
+        presenter: presenter mode (large type, colour-blind-safe scales), ``?presenter=true``.
+        colorscale: plotly colour scale name for heatmaps (:data:`COLORSCALE` or :data:`PRESENTER_COLORSCALE`).
+        template: plotly template matching Streamlit's light/dark theme (``"plotly_white"``/``"plotly_dark"``);
+            charts drawn with :func:`aiayn.app.charts.show_figure` follow the live theme anyway.
+    """
+
+    direction: str
+    presenter: bool
+    colorscale: str
+    template: str
+
+    @property
+    def src_lang(self) -> str:
+        """Source language code (``"en"`` for ``"en-de"``)."""
+        return self.direction.split("-")[0]
+
+    @property
+    def tgt_lang(self) -> str:
+        """Target language code (``"de"`` for ``"en-de"``)."""
+        return self.direction.split("-")[1]
+
+    @property
+    def checkpoint(self) -> Path:
+        """Checkpoint directory of :attr:`direction` (:func:`aiayn.app.models.checkpoint_path`)."""
+        return checkpoint_path(self.direction)
+
+    def translator_or_none(self):
+        """The Translator, or None when the checkpoint cannot be loaded (no message shown)."""
+        try:
+            return load_translator(self.direction)
+        except ModelUnavailable:
+            return None
+
+    @property
+    def translator(self):
+        """The Translator of :attr:`direction`, loaded lazily once per process; on failure shows ``st.error``
+        naming the file at fault and stops the page (``st.stop()``), so pages never see a traceback."""
+        try:
+            return load_translator(self.direction)
+        except ModelUnavailable as exc:
+            st.error(
+                f"**The {DIRECTION_LABELS[self.direction]} model could not be loaded.** {exc}\n\n"
+                f"Expected a checkpoint directory at `{self.checkpoint}` with `config.json`, "
+                "`model.safetensors` and `spm.model` (train one with `aiayn train`, or set "
+                "`AIAYN_CHECKPOINTS` to a directory holding `en-de/` and `de-en/`).",
+                icon="🚫",
+            )
+            st.stop()
+
+
+def _theme_type() -> str:
+    try:
+        t = st.context.theme.type
+    except Exception:  # noqa: BLE001 - no theme information (bare mode, old browser)
+        t = None
+    return t if t in ("light", "dark") else "light"
+
+
+def setup_page(title: str, icon: str = "🤖", *, intro: str | None = None) -> PageContext:
+    """Set up a page; must be its first Streamlit call. Sets the page config (wide layout), draws the
+    sidebar navigation (``st.page_link`` to every page of :data:`PAGES`, carrying the shared settings in
+    the URL), the sidebar settings (after warning about invalid URL values) and the page title (pages
+    must not repeat it).
+
+    Args:
+        title: page title (browser tab and ``st.title``).
+        icon: emoji shown in the tab and before the title.
+        intro: optional one-paragraph introduction shown under the title.
+
+    Returns:
+        the :class:`PageContext`.
+    """
+    try:
+        st.set_page_config(page_title=f"{title} · aiayn", page_icon=icon, layout="wide", initial_sidebar_state="expanded")
+    except Exception:  # noqa: BLE001 - set_page_config called twice (a page that also sets it)
+        pass
+
+    nav = st.sidebar.container()
+    settings = st.sidebar.container()
+    with settings:
+        st.divider()
+        # Validate raw URL values first: bound widgets drop invalid values silently.
+        with st.container():
+            warn_bad_param("direction", DIRECTIONS, f"the direction must be one of {', '.join(DIRECTIONS)}")
+            warn_bad_param("presenter", is_bool, "presenter must be true or false")
+            warn_bad_param("export", EXPORT_FORMATS, "the chart download format must be png or svg")
+        direction = st.radio(
+            "Translation direction",
+            DIRECTIONS,
+            index=DIRECTIONS.index(DEFAULT_DIRECTION),
+            captions=[DIRECTION_LABELS[d] for d in DIRECTIONS],
+            key="direction",
+            bind="query-params",
+            help="Shared by all pages and kept in the URL, so a link reproduces the view.",
+        )
+        presenter = st.toggle(
+            "Presenter mode",
+            key="presenter",
+            bind="query-params",
+            help="Large type and the colour-blind-safe cividis scale, for a projector.",
+        )
+        export_format = st.radio(
+            "Chart download format",
+            EXPORT_FORMATS,
+            horizontal=True,
+            key="export",
+            bind="query-params",
+            help="What the camera button in each chart's toolbar downloads (rendered in your browser).",
+        )
+        st.caption(f"Checkpoints: `{checkpoints_dir()}`")
+    direction = direction if direction in DIRECTIONS else DEFAULT_DIRECTION
+    presenter = bool(presenter)
+    export_format = export_format if export_format in EXPORT_FORMATS else "png"
+
+    carry = nav_query_params(direction=direction, presenter=presenter, export=export_format)
+    with nav:
+        st.markdown("### aiayn")
+        st.caption("Attention Is All You Need, instrumented")
+        for path, label, page_icon in PAGES:
+            if path == "app.py" or page_exists(path):
+                page_link(path, label=label, icon=page_icon, query_params=carry or None)
+
+    ctx = PageContext(
+        direction=direction,
+        presenter=presenter,
+        colorscale=PRESENTER_COLORSCALE if presenter else COLORSCALE,
+        template="plotly_dark" if _theme_type() == "dark" else "plotly_white",
+    )
+    if presenter:
+        st.html(_PRESENTER_CSS)
+    st.title(f"{icon} {title}")
+    if intro:
+        st.markdown(intro)
+    return ctx
+
+
+def page_exists(path: str) -> bool:
+    """Whether a page script of :data:`PAGES` exists (relative to the working directory or the
+    repository root :data:`REPO_ROOT`)."""
+    return Path(path).is_file() or (REPO_ROOT / path).is_file()
+
+
+def page_link(path: str, **kwargs: Any) -> None:
+    """``st.page_link`` that shows nothing (instead of raising) when the page is unknown to this run
+    (e.g. a page script run on its own as the entry point)."""
+    from streamlit.errors import StreamlitAPIException
+
+    try:
+        st.page_link(path, **kwargs)
+    except StreamlitAPIException:
+        pass
+
+
+def nav_query_params(*, direction: str | None = None, presenter: bool | None = None, export: str | None = None,
+                     **extra: Any) -> dict[str, str]:
+    """Query parameters that carry the shared state to another page (defaults left out); ``extra``
+    parameters are added as strings (None values left out). Unset arguments are read from the session."""
+    direction = st.session_state.get("direction", DEFAULT_DIRECTION) if direction is None else direction
+    presenter = bool(st.session_state.get("presenter", False)) if presenter is None else presenter
+    export = st.session_state.get("export", "png") if export is None else export
+    out: dict[str, str] = {}
+    if direction in DIRECTIONS and direction != DEFAULT_DIRECTION:
+        out["direction"] = direction
+    if presenter:
+        out["presenter"] = "true"
+    if export in EXPORT_FORMATS and export != "png":
+        out["export"] = export
+    out.update({k: str(v) for k, v in extra.items() if v is not None})
+    return out

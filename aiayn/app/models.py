@@ -1,0 +1,157 @@
+"""The app's models: where the checkpoints are, the translator of each direction loaded once per server
+process (``st.cache_resource``), what a checkpoint says about itself without loading it (for the Overview's
+model card, without torch), and the background import of torch. Not a paper section: the serving job.
+
+Importing this module does not import torch: the model code is imported inside the functions that load it.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from ..checkpoint_format import CHECKPOINT_FILES, DEFAULT_CHECKPOINTS_DIR, check_files, read_config
+
+DIRECTIONS: tuple[str, ...] = ("en-de", "de-en")
+DIRECTION_LABELS = {"en-de": "English → German", "de-en": "German → English"}
+DEFAULT_DIRECTION = "en-de"
+#: seconds :func:`warm_imports` waits before importing (the page that asked finishes drawing first)
+WARM_DELAY_S = 0.5
+
+
+class ModelUnavailable(RuntimeError):
+    """The checkpoint of a direction could not be loaded (message names the file at fault)."""
+
+
+def checkpoints_dir() -> Path:
+    """Directory holding ``en-de/`` and ``de-en/``: ``$AIAYN_CHECKPOINTS`` (read now) or the shipped one
+    (:data:`aiayn.checkpoint_format.DEFAULT_CHECKPOINTS_DIR`)."""
+    env = os.environ.get("AIAYN_CHECKPOINTS")
+    return Path(env) if env else DEFAULT_CHECKPOINTS_DIR
+
+
+def checkpoint_path(direction: str) -> Path:
+    """Checkpoint directory of ``direction`` (``"en-de"`` or ``"de-en"``).
+
+    Raises:
+        ValueError: an unknown direction.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction!r}; choose one of {DIRECTIONS}")
+    return checkpoints_dir() / direction
+
+
+def checkpoint_stamp(path: str | Path) -> str:
+    """Modification stamp (mtime in ns and size in bytes of each file of a checkpoint directory), part of
+    the cache keys so that a re-exported checkpoint is reloaded; a missing file reads ``name:missing``."""
+    parts = []
+    for name in CHECKPOINT_FILES:
+        p = Path(path) / name
+        try:
+            stat = p.stat()
+            parts.append(f"{name}:{stat.st_mtime_ns}:{stat.st_size}")
+        except OSError:
+            parts.append(f"{name}:missing")
+    return "|".join(parts)
+
+
+@st.cache_resource(show_spinner="Loading the model (once per server process)…", max_entries=6)
+def _load_translator(path: str, stamp: str):  # noqa: ARG001 - stamp is part of the cache key
+    from ..translator import Translator  # imports torch: only when a page needs the model
+
+    return Translator.load(path)
+
+
+def load_translator(direction: str):
+    """The :class:`~aiayn.translator.Translator` of ``direction``, loaded once per process and checkpoint
+    stamp (:func:`checkpoint_stamp`).
+
+    Raises:
+        ModelUnavailable: the checkpoint is missing, truncated or corrupt (message names the file).
+    """
+    path = checkpoint_path(direction)
+    if not path.is_dir():
+        raise ModelUnavailable(f"no checkpoint directory at {path}")
+    try:
+        return _load_translator(str(path), checkpoint_stamp(path))
+    except (FileNotFoundError, ValueError, OSError, RuntimeError, KeyError) as exc:
+        raise ModelUnavailable(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint directory says about itself, read from ``config.json`` without loading the model
+    (and without importing torch): for the Overview's model card.
+
+    Attributes:
+        path: the checkpoint directory.
+        cfg: the :class:`~aiayn.model.config.TransformerConfig` of ``config.json["model"]``.
+        meta: ``config.json["meta"]`` plus ``num_parameters`` and ``dtype`` from the top level (as
+            :meth:`aiayn.translator.Translator.load` fills ``Translator.meta``).
+    """
+
+    path: Path
+    cfg: Any
+    meta: dict[str, Any]
+
+
+def checkpoint_info(direction: str) -> CheckpointInfo:
+    """Read the checkpoint of ``direction`` from its ``config.json`` only (milliseconds; no torch).
+
+    Checks what can be checked without loading the weights (:func:`aiayn.checkpoint_format.read_config`
+    and :func:`~aiayn.checkpoint_format.check_files`): the directory and its three files exist,
+    ``config.json`` is an aiayn checkpoint config with a valid model config. A truncated weights file is
+    only found when a page loads the model (:func:`load_translator`).
+
+    Raises:
+        ModelUnavailable: missing directory or file, invalid ``config.json`` (the message names the file).
+    """
+    path = checkpoint_path(direction)
+    if not path.is_dir():
+        raise ModelUnavailable(f"no checkpoint directory at {path}")
+    try:
+        config = read_config(path)
+        check_files(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ModelUnavailable(str(exc)) from None
+    meta = dict(config.get("meta") or {})
+    meta.setdefault("num_parameters", config.get("num_parameters"))
+    meta.setdefault("dtype", config.get("dtype"))
+    return CheckpointInfo(path=path, cfg=config["model_config"], meta=meta)
+
+
+def model_card(path: str | Path) -> str | None:
+    """Text of ``MODEL_CARD.md`` in a checkpoint directory, or None when it is missing or unreadable."""
+    p = Path(path) / "MODEL_CARD.md"
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _import_model_code() -> None:
+    try:
+        importlib.import_module("aiayn.translator")
+    except Exception:  # noqa: BLE001 - a broken install shows up (with a message) on the model pages
+        pass
+
+
+@st.cache_resource(show_spinner=False)
+def warm_imports() -> threading.Thread:
+    """Import torch and the model code in a background thread, once per process (``st.cache_resource``),
+    so that the first page needing the model does not wait for ``import torch`` (seconds). Only imports:
+    no Streamlit call, no file read, no model load. Call it at the end of a page that does not need the
+    model; the thread starts :data:`WARM_DELAY_S` seconds later.
+
+    Returns:
+        the thread (the same one on every call, until the resource cache is cleared).
+    """
+    timer = threading.Timer(WARM_DELAY_S, _import_model_code)
+    timer.name, timer.daemon = "aiayn-warm-imports", True
+    timer.start()
+    return timer
