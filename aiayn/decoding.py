@@ -137,7 +137,7 @@ def greedy_decode(
     trace = _AttentionTrace() if return_attention else None
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
     log_prob = torch.zeros(B, dtype=torch.float64)
-    out_tokens: list[list[int]] = [[] for _ in range(B)]
+    output_ids: list[list[int]] = [[] for _ in range(B)]
     end_step = [0] * B
     finished = [False] * B
     for t in range(max(limits)):
@@ -152,13 +152,13 @@ def greedy_decode(
             if done[b]:
                 continue
             w = int(nxt[b])
-            out_tokens[b].append(w)
+            output_ids[b].append(w)
             log_prob[b] += best[b]
             end_step[b] = t
             if w == cfg.eos_id:
                 finished[b] = True
                 done[b] = True
-            elif len(out_tokens[b]) >= limits[b]:
+            elif len(output_ids[b]) >= limits[b]:
                 done[b] = True
         if bool(done.all()):
             break
@@ -168,7 +168,7 @@ def greedy_decode(
     for b in range(B):
         lp = float(log_prob[b])
         att = trace.stitch(end_step[b], b, enc, b) if trace is not None else None
-        hyps.append(Hypothesis(out_tokens[b], lp, lp / length_penalty(len(out_tokens[b]), length_penalty_alpha), finished[b], att))
+        hyps.append(Hypothesis(output_ids[b], lp, lp / length_penalty(len(output_ids[b]), length_penalty_alpha), finished[b], att))
     return hyps
 
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from .checkpoint import SPM_FILE, load_checkpoint
 from .data.batching import pad_ids
 from .decoding import Hypothesis, beam_search
-from .model.maps import AttentionMaps
+from .model.maps import AttentionMaps, renamed_attribute
 from .model.transformer import Transformer
 from .tokenizer import Tokenizer
 
@@ -49,32 +50,61 @@ def clean_text(text: Any) -> str:
 
 
 @dataclass
-class Translation:
-    """One translated sentence.
+class NextPieces:
+    """The model's most probable next pieces at every decoder position (filled by
+    :func:`aiayn.analysis.explain`).
 
     Attributes:
-        text: the translation (detokenised).
+        pieces: ``T`` lists of ``k`` pieces, most probable first: ``pieces[i]`` are the candidates for
+            ``output_tokens[i]`` after the decoder was fed ``decoder_input_tokens[: i + 1]``.
+        probs: ``(T, k)`` float32 probabilities (softmax of the output layer) of ``pieces``, descending.
+        chosen_prob: ``(T,)`` float32 probability of the piece that came next (``output_tokens[i]``).
+    """
+
+    pieces: list[list[str]]
+    probs: np.ndarray
+    chosen_prob: np.ndarray
+
+
+@dataclass
+class Translation:
+    """One translated (or teacher-forced) sentence.
+
+    Attributes:
+        text: the translation (detokenised); with teacher forcing, the reference's pieces detokenised.
         source: the cleaned source text that was translated.
         src_tokens: SentencePiece pieces fed to the encoder (ending with ``</s>``): labels of encoder
             queries/keys and cross-attention keys, length S.
-        tgt_tokens: pieces each decoder position predicted (ending with ``</s>`` unless cut at the max
-            length), length T.
-        decoder_input_tokens: pieces each decoder position was fed (``<s>`` then ``tgt_tokens[:-1]``),
+        output_tokens: pieces each decoder position predicted (ending with ``</s>`` unless cut at the max
+            length), length T; with teacher forcing, the reference's pieces.
+        decoder_input_tokens: pieces each decoder position was fed (``<s>`` then ``output_tokens[:-1]``),
             length T: labels of decoder self-attention queries/keys and cross-attention queries.
         attention: :class:`AttentionMaps` of this hypothesis (B=1): encoder ``(L, 1, H, S, S)``, decoder
             ``(L, 1, H, T, T)``, cross ``(L, 1, H, T, S)``; None when not requested.
         truncated: the source was longer than the model accepts and was cut.
         finished: the output ended with EOS (False: cut at the maximum output length).
-        score: length-normalised log-probability (natural log) the beam ranked by.
+        score: length-normalised log-probability (natural log) the beam ranked by (teacher-forced: the
+            reference's total log-probability).
         log_prob: total log-probability of the output.
-        nbest: ``(text, score)`` of the n best hypotheses, best first.
+        src_ids: ids of ``src_tokens`` (S,).
+        output_ids: ids of ``output_tokens`` (T,).
+        nbest: ``(text, score)`` of the n best hypotheses, best first (empty when teacher-forced).
         elapsed_ms: wall time of the call, milliseconds (for a batch: the whole batch).
+        mode: ``"free-running"`` (beam search, Section 6.1) or ``"teacher-forced"`` (:meth:`Translator.force`).
+        reference: the cleaned reference fed to the decoder when teacher-forced, else None.
+        next_pieces: top-k next pieces at every position (:class:`NextPieces`), filled by
+            :func:`aiayn.analysis.explain`; None otherwise.
+        next_pieces_note: why ``next_pieces`` is None after :func:`aiayn.analysis.explain` (e.g. an empty
+            output), else None.
+
+    ``tgt_tokens`` and ``tgt_ids`` are deprecated aliases of ``output_tokens`` / ``output_ids`` (they warn);
+    the constructor takes only the new keywords.
     """
 
     text: str
     source: str
     src_tokens: list[str]
-    tgt_tokens: list[str]
+    output_tokens: list[str]
     decoder_input_tokens: list[str]
     attention: AttentionMaps | None
     truncated: bool
@@ -82,9 +112,16 @@ class Translation:
     score: float
     log_prob: float
     src_ids: list[int] = field(default_factory=list, repr=False)
-    tgt_ids: list[int] = field(default_factory=list, repr=False)
+    output_ids: list[int] = field(default_factory=list, repr=False)
     nbest: list[tuple[str, float]] = field(default_factory=list)
     elapsed_ms: float = 0.0
+    mode: str = "free-running"
+    reference: str | None = None
+    next_pieces: NextPieces | None = field(default=None, repr=False)
+    next_pieces_note: str | None = None
+
+    tgt_tokens = renamed_attribute("Translation", "tgt_tokens", "output_tokens")
+    tgt_ids = renamed_attribute("Translation", "tgt_ids", "output_ids")
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -227,25 +264,27 @@ class Translator:
         src_ids, truncated, cleaned = encoded
         best = hyps[0]
         src_tokens = self.pieces(src_ids)
-        tgt_tokens = self.pieces(best.tokens)
-        dec_in = [self.tokenizer.id_to_piece(self.cfg.bos_id)] + tgt_tokens[:-1]
+        output_tokens = self.pieces(best.tokens)
+        decoder_input_tokens = [self.tokenizer.id_to_piece(self.cfg.bos_id)] + output_tokens[:-1]
+        text = self.tokenizer.decode(best.tokens)
         att = best.attention
         if att is not None:
-            att.src_tokens, att.tgt_tokens, att.tgt_output_tokens = [src_tokens], [dec_in], [tgt_tokens]
-            att.meta = {"source": cleaned, "mode": "free-running"}
+            att.src_tokens, att.decoder_input_tokens = [src_tokens], [decoder_input_tokens]
+            att.output_tokens = [output_tokens]
+            att.meta = {"source": cleaned, "mode": "free-running", "output": text}
         return Translation(
-            text=self.tokenizer.decode(best.tokens),
+            text=text,
             source=cleaned,
             src_tokens=src_tokens,
-            tgt_tokens=tgt_tokens,
-            decoder_input_tokens=dec_in,
+            output_tokens=output_tokens,
+            decoder_input_tokens=decoder_input_tokens,
             attention=att,
             truncated=truncated,
             finished=best.finished,
             score=best.score,
             log_prob=best.log_prob,
             src_ids=src_ids,
-            tgt_ids=list(best.tokens),
+            output_ids=list(best.tokens),
             nbest=[(self.tokenizer.decode(h.tokens), h.score) for h in hyps],
             elapsed_ms=elapsed,
         )
@@ -254,8 +293,9 @@ class Translator:
         """Teacher-forced pass: feed ``reference`` (a translation the user typed) to the decoder.
 
         Returns:
-            ``(Translation, probs)``: the translation's tokens are the reference's pieces (+ ``</s>``),
-            its attention the maps of this forced pass; ``probs`` ``(T, V)`` float32 are the model's
+            ``(Translation, probs)``: the translation's ``output_tokens`` are the reference's pieces (+ ``</s>``),
+            its attention the maps of this forced pass (on the CPU), ``mode`` is ``"teacher-forced"`` and
+            ``reference`` the cleaned reference; ``probs`` ``(T, V)`` float32 (CPU) are the model's
             next-token probabilities at each position.
 
         Raises:
@@ -265,20 +305,23 @@ class Translator:
         src_ids, truncated, cleaned = self.encode_source(text)
         ref_clean = clean_text(reference)
         ref_ids = self.tokenizer.encode(ref_clean)[: self.cfg.max_len - 2] + [self.cfg.eos_id]
-        dec_in_ids = [self.cfg.bos_id] + ref_ids[:-1]
+        decoder_input_ids = [self.cfg.bos_id] + ref_ids[:-1]
         with torch.inference_mode(), self._autocast():
-            logits, maps = self.model(self._batch([src_ids]), self._batch([dec_in_ids]), return_attention=True, return_scores=return_scores)
+            logits, maps = self.model(self._batch([src_ids]), self._batch([decoder_input_ids]), return_attention=True, return_scores=return_scores)
         maps = maps.cpu()
         probs = torch.softmax(logits[0].float(), dim=-1).cpu()
         logp = torch.log(probs.gather(1, torch.tensor(ref_ids)[:, None]).clamp_min(1e-30)).sum().item()
-        src_tokens, tgt_tokens, dec_in = self.pieces(src_ids), self.pieces(ref_ids), self.pieces(dec_in_ids)
-        maps.src_tokens, maps.tgt_tokens, maps.tgt_output_tokens = [src_tokens], [dec_in], [tgt_tokens]
-        maps.meta = {"source": cleaned, "reference": ref_clean, "mode": "teacher-forced"}
+        src_tokens, output_tokens = self.pieces(src_ids), self.pieces(ref_ids)
+        decoder_input_tokens = self.pieces(decoder_input_ids)
+        maps.src_tokens, maps.decoder_input_tokens = [src_tokens], [decoder_input_tokens]
+        maps.output_tokens = [output_tokens]
+        text = self.tokenizer.decode(ref_ids)
+        maps.meta = {"source": cleaned, "reference": ref_clean, "mode": "teacher-forced", "output": text}
         tr = Translation(
-            text=self.tokenizer.decode(ref_ids), source=cleaned, src_tokens=src_tokens, tgt_tokens=tgt_tokens,
-            decoder_input_tokens=dec_in, attention=maps, truncated=truncated, finished=True,
-            score=logp, log_prob=logp, src_ids=src_ids, tgt_ids=ref_ids,
-            elapsed_ms=(time.perf_counter() - t0) * 1000.0,
+            text=text, source=cleaned, src_tokens=src_tokens, output_tokens=output_tokens,
+            decoder_input_tokens=decoder_input_tokens, attention=maps, truncated=truncated, finished=True,
+            score=logp, log_prob=logp, src_ids=src_ids, output_ids=ref_ids,
+            elapsed_ms=(time.perf_counter() - t0) * 1000.0, mode="teacher-forced", reference=ref_clean,
         )
         return tr, probs
 
@@ -313,7 +356,7 @@ def cli_main(argv: list[str]) -> int:
         print(t.text)
         if args.pieces:
             print("  src:", " ".join(t.src_tokens))
-            print("  out:", " ".join(t.tgt_tokens))
+            print("  out:", " ".join(t.output_tokens))
         if t.truncated:
             print("  (source truncated to the model's limit)", file=sys.stderr)
     return code

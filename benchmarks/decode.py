@@ -76,7 +76,7 @@ class Subject:
         """Translate ``texts`` in one batch; returns the number of output pieces of each."""
         if self.translator is not None:
             res = self.translator.translate_batch(texts, beam_size=beam_size, use_cache=use_cache, return_attention=return_attention)
-            return [len(r.tgt_ids) for r in res]
+            return [len(r.output_ids) for r in res]
         seqs = [self._ids(t) for t in texts]
         width = max(len(s) for s in seqs)
         src = torch.full((len(seqs), width), self.model.cfg.pad_id, dtype=torch.long)

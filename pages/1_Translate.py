@@ -5,8 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import bundle_maps, check_text, unique_labels
-from aiayn.figures.attention import attention_heatmap, query_labels
+from aiayn.analysis import check_text, kind_stack, query_labels, unique_labels
+from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.evaluation.modelcard import quality_verdict
 
 DEFAULTS = {"en-de": "I have no time.", "de-en": "Ich habe keine Zeit."}
@@ -92,8 +92,8 @@ if cleaned is None:
     st.stop()
 
 try:
-    b = ui.sentence_bundle(ctx.direction, cleaned, beam_size=int(beam), length_penalty=float(alpha),
-                           max_len=None if max_len is None else int(max_len), n_best=int(beam))
+    result = ui.explain_sentence(ctx.direction, cleaned, beam_size=int(beam), length_penalty=float(alpha),
+                                 max_len=None if max_len is None else int(max_len), n_best=int(beam))
 except ValueError as exc:
     st.error(f"Could not translate: {exc}")
     st.stop()
@@ -101,33 +101,33 @@ except ui.ModelUnavailable as exc:
     st.error(f"The model could not be loaded: {exc}")
     st.stop()
 
-if b["truncated"]:
+if result.truncated:
     st.warning(f"The sentence is longer than the model accepts ({cfg.max_len} pieces); it was cut.", icon="✂️")
-if not b["finished"]:
+if not result.finished:
     st.warning("The translation stopped at the maximum output length before the end-of-sentence token.", icon="⏱️")
 
 st.markdown("#### Translation")
-st.subheader(b["text"] or "∅ (empty output)", anchor=False)
+st.subheader(result.text or "∅ (empty output)", anchor=False)
 verdict = quality_verdict(tr.meta)
 if verdict is not None:
     level, message = verdict
     (st.caption if level == "beats" else st.info)(message, **({} if level == "beats" else {"icon": "📏"}))
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Time", f"{b['elapsed_ms']:.0f} ms", help="Wall time of the beam search, this server")
-m2.metric("Score", f"{b['score']:.3f}", help="Length-normalised log-probability (natural log) the beam ranked by")
-m3.metric("Source pieces", len(b["src_tokens"]))
-m4.metric("Output pieces", len(b["out_tokens"]))
+m1.metric("Time", f"{result.elapsed_ms:.0f} ms", help="Wall time of the beam search, this server")
+m2.metric("Score", f"{result.score:.3f}", help="Length-normalised log-probability (natural log) the beam ranked by")
+m3.metric("Source pieces", len(result.src_tokens))
+m4.metric("Output pieces", len(result.output_tokens))
 
 left, right = st.columns([2, 3], gap="large")
 with left:
     st.markdown(f"**n-best list** (beam size {int(beam)}, α = {float(alpha):.1f})")
-    st.dataframe(pd.DataFrame({"rank": range(1, len(b["nbest"]) + 1), "translation": [t for t, _ in b["nbest"]],
-                               "score": [s for _, s in b["nbest"]]}),
+    st.dataframe(pd.DataFrame({"rank": range(1, len(result.nbest) + 1), "translation": [t for t, _ in result.nbest],
+                               "score": [s for _, s in result.nbest]}),
                  hide_index=True, width="stretch", column_config={"score": st.column_config.NumberColumn(format="%.3f")})
 with right:
     st.markdown("**SentencePiece pieces** (`▁` marks the start of a word)")
-    st.markdown("Source: " + chips(b["src_tokens"]))
-    st.markdown("Output: " + chips(b["out_tokens"]))
+    st.markdown("Source: " + chips(result.src_tokens))
+    st.markdown("Output: " + chips(result.output_tokens))
 
 # -- cross-attention alignment --------------------------------------------------------------------------------
 st.markdown("#### Alignment: encoder-decoder attention")
@@ -143,19 +143,18 @@ layer = a1.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-
 head = a2.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
 layer = layer if layer in layer_opts else layer_opts[-1]
 head = head if head in head_opts else "mean"
-cross = b["cross"][int(layer) - 1]
+cross = kind_stack(result.attention, "cross")[int(layer) - 1]
 w = cross.mean(axis=0) if head == "mean" else cross[int(head) - 1]
 what = "mean over heads" if head == "mean" else f"head {head}"
 fig = attention_heatmap(
-    w, query_labels(b["dec_in"], b["out_tokens"]), unique_labels(b["src_tokens"]),
+    w, query_labels(result.decoder_input_tokens, result.output_tokens), unique_labels(result.src_tokens),
     title=f"Cross-attention, layer {layer}, {what}", colorscale=ctx.colorscale,
-    x_title="source piece (key)", y_title="output (fed → predicted)", template=ctx.template,
+    x_title=AXIS_TITLES["cross"][1], y_title=AXIS_TITLES["cross"][0], template=ctx.template,
 )
 ui.show_figure(fig, key="alignment", filename=f"alignment_{ctx.direction}_L{layer}_{what.replace(' ', '_')}")
-maps_for = lambda: bundle_maps(b)  # noqa: E731
-ui.download_buttons(lambda: maps_for().to_dataframe(kinds=["cross"]), lambda: maps_for().to_json(),
+ui.download_buttons(lambda: result.attention.to_dataframe(kinds=["cross"]), lambda: result.attention.to_json(),
                     f"attention_{ctx.direction}", key="tr-dl")
 
-explorer_params = ui.nav_query_params(text=b["source"], kind="cross", layer=layer, head=head)
+explorer_params = ui.nav_query_params(text=result.source, kind="cross", layer=layer, head=head)
 ui.page_link("pages/2_Attention_Explorer.py", label="Open this sentence in the attention explorer", icon="🔍",
              query_params=explorer_params)

@@ -5,12 +5,11 @@ Free-running (the model's own beam-search output) or teacher-forced (a reference
 """
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import bundle_maps, check_text, head_stats, kind_labels, view_stack
-from aiayn.figures.attention import AXIS_TITLES, attention_heatmap, head_stats_figure, model_view, topk_bar
+from aiayn.analysis import check_text
+from aiayn.app.explorer import ExplorerView, all_heads_tab, head_stats_tab, one_head_tab, step_tab
 from aiayn.model.maps import KIND_TITLES
 
 #: curated sentences per direction: (sentence, reference translation, what to look for)
@@ -50,16 +49,6 @@ EXAMPLES: dict[str, list[tuple[str, str, str]]] = {
 KINDS = ["encoder", "decoder", "cross"]
 KIND_NAMES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Encoder-decoder (cross)"}
 MODES = ["free", "forced"]
-STAT_HELP = {
-    "entropy": "mean entropy of a query's attention, bits (0 = all on one key; log2(n) = uniform)",
-    "confidence": "mean over queries of the largest weight (Voita et al. 2019)",
-    "self": "mean weight on the query's own position",
-    "previous": "mean weight on the previous position (positional head when high)",
-    "next": "mean weight on the next position (always 0 in the masked decoder)",
-    "bos": "mean total weight on <s> (a 'sink' when high)",
-    "eos": "mean total weight on </s> (a 'sink' when high)",
-}
-
 ctx = ui.setup_page("Attention explorer", icon="🔍")
 tr = ctx.translator
 cfg = tr.cfg
@@ -128,34 +117,19 @@ if cleaned in by_sentence:
     st.info(f"**What to look for.** {by_sentence[cleaned][1]}", icon="💡")
 
 try:
-    b = ui.sentence_bundle(ctx.direction, cleaned, reference=reference)
+    result = ui.explain_sentence(ctx.direction, cleaned, reference=reference)
 except ValueError as exc:
     st.error(f"Could not run the model: {exc}")
     st.stop()
-if b["truncated"]:
+if result.truncated:
     st.warning(f"The sentence is longer than the model accepts ({cfg.max_len} pieces); it was cut.")
 
-label = "Model output" if b["mode"] == "free-running" else "Teacher-forced reference"
-st.markdown(f"**{label}:** {b['text'] or '∅'}  \n<small>source pieces: {len(b['src_tokens'])} · "
-            f"decoder positions: {len(b['out_tokens'])} · {b['elapsed_ms']:.0f} ms</small>", unsafe_allow_html=True)
+label = "Model output" if result.mode == "free-running" else "Teacher-forced reference"
+st.markdown(f"**{label}:** {result.text or '∅'}  \n<small>source pieces: {len(result.src_tokens)} · "
+            f"decoder positions: {len(result.output_tokens)} · {result.elapsed_ms:.0f} ms</small>",
+            unsafe_allow_html=True)
 
 # -- the view: a fragment, so a change of kind / layer / head / tab options reruns only this part ----------------
-@st.cache_resource(max_entries=16, show_spinner=False)
-def _model_view_figure(stack: np.ndarray, q_lab: list[str], k_lab: list[str], colorscale: str, template: str,
-                       title: str, presenter: bool):
-    """The L x H grid (it does not depend on the head picked): built once per (maps, labels, look), shared
-    read-only (``ui.show_figure(..., prepared=True)``)."""
-    return ui.prepare_figure(model_view(stack, q_labels=q_lab, k_labels=k_lab, colorscale=colorscale,
-                                        template=template, title=title), presenter=presenter)
-
-
-@st.cache_resource(max_entries=16, show_spinner=False)
-def _stats_figure(stats, metric: str, colorscale: str, template: str, presenter: bool):
-    """The head-statistics map (does not depend on the head picked), cached like :func:`_model_view_figure`."""
-    return ui.prepare_figure(head_stats_figure(stats, metric, colorscale=colorscale, template=template),
-                             presenter=presenter)
-
-
 TABS = ("🔎 One head", "🧩 All heads", "⏯ Step by step", "📊 Head statistics")
 
 
@@ -164,9 +138,10 @@ def _track_tab() -> None:
 
 
 @st.fragment
-def view(b: dict) -> None:
-    """Controls (kind, layer, head, words, specials, values; all in the URL), the four tabs and the
-    downloads for one sentence bundle ``b`` (:func:`aiayn.app.sentence_bundle`)."""
+def view(result) -> None:
+    """Controls (kind, layer, head, words, specials, values; all in the URL), the four tabs
+    (:mod:`aiayn.app.explorer`) and the downloads for one sentence: ``result`` is the
+    :class:`~aiayn.translator.Translation` of :func:`aiayn.app.explain_sentence`."""
     # Widgets of a tab that is not drawn in a run would lose their value (Streamlit drops the state of
     # widgets not seen in a run): re-store it, so the step and the mapped statistic survive a tab change.
     for key in ("step", "stat_metric"):
@@ -196,12 +171,12 @@ def view(b: dict) -> None:
     values = t3.toggle("Write weights in cells", key="values", bind="query-params")
 
     st.caption(f"{KIND_NAMES[kind]}: {KIND_TITLES[kind]}. Rows are queries, columns keys; each row sums to 1. "
-               + ("Decoder rows are labelled *fed → predicted*: the piece fed at that position (BOS-shifted) and the "
-                  "piece the model predicted there." if kind != "encoder" else ""))
+               + ("Decoder rows are labelled *decoder input → output*: the piece fed to the decoder at that position "
+                  "(BOS-shifted) and the piece the model predicted there." if kind != "encoder" else ""))
 
-    stack, q_lab, k_lab = view_stack(b, kind, words=words, hide_special=hide)
-    what = "mean over heads" if head == "mean" else f"head {head}"
-    stem = f"{kind}_{ctx.direction}_L{layer}_{'mean' if head == 'mean' else 'H' + head}"
+    v = ExplorerView(ctx, result, kind, int(layer), None if head == "mean" else int(head), words=words,
+                     hide_special=hide, values=values)
+    stack, q_lab, k_lab = v.stack()
 
     # All four tabs are drawn on a page's first run, so browsing them is instant. Once a tab has been
     # clicked, the open tab is tracked and only it is drawn: a change of head, layer or option then
@@ -214,92 +189,22 @@ def view(b: dict) -> None:
 
     with tab_head:
         if _render(tab_head):
-            w = stack[int(layer) - 1]
-            w = w.mean(axis=0) if head == "mean" else w[int(head) - 1]
-            yt, xt = AXIS_TITLES[kind]
-            fig = attention_heatmap(w, q_lab, k_lab, title=f"{KIND_TITLES[kind].capitalize()}, layer {layer}, {what}",
-                                    colorscale=ctx.colorscale, x_title=xt, y_title=yt, show_values=values,
-                                    zmax=1.0 if values else None, template=ctx.template)
-            ui.show_figure(fig, key="head_view", filename=stem)
-
+            one_head_tab(v, stack, q_lab, k_lab)
     with tab_all:
         if _render(tab_all):
-            st.caption(f"All {L} × {H} heads of the {KIND_TITLES[kind]}, one shared colour scale. Hover for values; "
-                       "pick a layer and head above to zoom in.")
-            mv = _model_view_figure(stack, q_lab, k_lab, ctx.colorscale, ctx.template,
-                                    f"{KIND_TITLES[kind].capitalize()}: all heads", ctx.presenter)
-            ui.show_figure(mv, key="model_view", filename=f"{kind}_{ctx.direction}_all_heads", prepared=True)
-
+            all_heads_tab(v, stack, q_lab, k_lab)
     with tab_step:
         if _render(tab_step):
-            T = len(b["out_tokens"])
-            step_opts = list(range(1, T + 1))
-            ui.warn_bad_param("step", [str(s) for s in step_opts], f"the step must be 1 to {T}")
-            if T > 1:
-                step = st.slider("Decoding step", 1, T, key="step", bind="query-params",
-                                 help="At step t the decoder has been fed t pieces and predicts the next one.")
-            else:
-                step = 1
-            step = int(step) if step in step_opts else 1
-            t = step - 1
-            fed, out = b["dec_in"], b["out_tokens"]
-            st.markdown(f"**Step {step} of {T}.** Fed so far: " + " ".join(f"`{p}`" for p in fed[: t + 1])
-                        + f" → predicts **`{out[t]}`**")
-            l_idx = int(layer) - 1
-            dec = b["decoder"][l_idx]
-            crs = b["cross"][l_idx]
-            dec_w = dec.mean(axis=0) if head == "mean" else dec[int(head) - 1]
-            crs_w = crs.mean(axis=0) if head == "mean" else crs[int(head) - 1]
-            dq = [f"{i}:{fed[i]}→{out[i]}" for i in range(t + 1)]
-            s1, s2 = st.columns([1, 1], gap="medium")
-            with s1:
-                fig = attention_heatmap(dec_w[: t + 1, : t + 1], dq, [f"{j}:{fed[j]}" for j in range(t + 1)],
-                                        title=f"Decoder self-attention, rows 0..{t} (layer {layer}, {what})",
-                                        colorscale=ctx.colorscale, x_title=AXIS_TITLES["decoder"][1],
-                                        y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=ctx.template,
-                                        height=int(min(620, 260 + 28 * (t + 1))))
-                ui.show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{stem}")
-            with s2:
-                fig = attention_heatmap(crs_w[t : t + 1], dq[t:], [f"{j}:{p}" for j, p in enumerate(b["src_tokens"])],
-                                        title=f"Cross-attention of step {step} over the source", colorscale=ctx.colorscale,
-                                        x_title=AXIS_TITLES["cross"][1], y_title="query", zmax=1.0, template=ctx.template,
-                                        height=300)
-                ui.show_figure(fig, key="step_cross", filename=f"step{step}_cross_{stem}")
-                if b["topk_pieces"] is not None:
-                    pieces, probs = b["topk_pieces"][t], b["topk_probs"][t]
-                    fig = topk_bar(pieces, probs, chosen=out[t], template=ctx.template,
-                                   title=f"Top {len(pieces)} next pieces at step {step} (next: {out[t]}, "
-                                         f"p = {float(b['chosen_prob'][t]):.3f})")
-                    ui.show_figure(fig, key="step_topk", filename=f"step{step}_topk_{ctx.direction}")
-                else:
-                    st.info(f"Next-piece probabilities are not available for this output: {b['probs_note']}.")
-
+            step_tab(v)
     with tab_stats:
         if _render(tab_stats):
-            qp, kp = kind_labels(b, kind)
-            stats = head_stats(b[kind], qp, kp, kind=kind)
-            st.caption("One row per head of the " + KIND_TITLES[kind] + " for this sentence. Click a column header "
-                       "to sort: low entropy / high confidence = focused heads; high previous/next = positional heads; "
-                       "high bos/eos = sink heads." + (" Self/previous/next are not defined for cross-attention."
-                                                       if kind == "cross" else ""))
-            num = {c: st.column_config.NumberColumn(c, help=STAT_HELP[c], format="%.3f") for c in STAT_HELP}
-            st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table",
-                         height=min(36 * (len(stats) + 1) + 4, 900))
-            metric = st.selectbox("Map a statistic over layers × heads", list(STAT_HELP), key="stat_metric")
-            if stats[metric].notna().any():
-                ui.show_figure(_stats_figure(stats, metric, ctx.colorscale, ctx.template, ctx.presenter),
-                               key="stats_grid", filename=f"{kind}_{ctx.direction}_{metric}", prepared=True)
-            else:
-                st.info(f"'{metric}' is not defined for {KIND_TITLES[kind]}.")
-            st.download_button("⬇ Head statistics (CSV)", lambda: stats.to_csv(index=False),
-                               file_name=f"head_stats_{kind}_{ctx.direction}.csv", mime="text/csv", on_click="ignore",
-                               key="stats_csv")
+            head_stats_tab(v)
 
     st.markdown("##### Download the maps")
     st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
                "columns count from 0).")
-    ui.download_buttons(lambda: bundle_maps(b).to_dataframe(kinds=[kind]), lambda: bundle_maps(b).to_json(),
+    ui.download_buttons(lambda: result.attention.to_dataframe(kinds=[kind]), lambda: result.attention.to_json(),
                         f"attention_{kind}_{ctx.direction}", key="ex-dl")
 
 
-view(b)
+view(result)

@@ -1,14 +1,15 @@
 """Pure analysis functions against hand-computed values (no Streamlit, no model unless stated)."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from aiayn.analysis import (
-    check_text, entropy, head_stats, join_pieces, kind_labels, merge_words, top_k, unique_labels, view_stack,
-    word_groups,
+    check_text, entropy, head_stats, join_pieces, kind_labels, kind_stack, merge_words, query_labels, top_k,
+    unique_labels, view_stack, word_groups,
 )
 
 
@@ -98,7 +99,12 @@ def test_check_text():
     assert cleaned == "xxxxx" and "only the first 5" in notes[0]
 
 
-def _bundle():
+def _maps():
+    """A B=1 AttentionMaps by hand: L=1 layer, H=2 heads, S=T=3 (the shape of a Translation's maps)."""
+    import torch
+
+    from aiayn.model.maps import AttentionMaps
+
     src = ["▁Hi", "▁there", "</s>"]
     fed = ["<s>", "▁Hal", "lo"]
     out = ["▁Hal", "lo", "</s>"]
@@ -110,42 +116,95 @@ def _bundle():
 
     dec = np.tril(rows((1, 2, 3, 3)))
     dec = dec / dec.sum(-1, keepdims=True)
-    return {"src_tokens": src, "dec_in": fed, "out_tokens": out, "encoder": rows((1, 2, 3, 3)),
-            "decoder": dec, "cross": rows((1, 2, 3, 3))}
+    t = lambda a: torch.tensor(a, dtype=torch.float32)[:, None]  # noqa: E731 - (L, H, Q, K) -> (L, 1, H, Q, K)
+    return AttentionMaps(encoder=t(rows((1, 2, 3, 3))), decoder=t(dec), cross=t(rows((1, 2, 3, 3))),
+                         src_tokens=[src], decoder_input_tokens=[fed], output_tokens=[out])
+
+
+def test_query_labels():
+    assert query_labels(["<s>", "▁Hal"], ["▁Hal", "lo"]) == ["0:<s>→▁Hal", "1:▁Hal→lo"]
+    assert query_labels(["<s>", "<s>"]) == ["0:<s>", "1:<s>"]
+    assert query_labels(["<s>", "▁Hal", "lo"], ["▁Hal", "lo", "</s>"], positions=[2]) == ["2:lo→</s>"]
 
 
 def test_view_stack_labels_and_merging():
-    b = _bundle()
-    assert kind_labels(b, "cross") == (b["dec_in"], b["src_tokens"])
-    w, ql, kl = view_stack(b, "cross")
+    m = _maps()
+    src, fed = m.src_tokens[0], m.decoder_input_tokens[0]
+    assert kind_labels(m, "cross") == (fed, src) and kind_labels(m, "decoder") == (fed, fed)
+    cross = kind_stack(m, "cross")
+    assert cross.shape == (1, 2, 3, 3) and cross.dtype == np.float32
+    assert np.array_equal(cross, m.cross[:, 0].numpy())
+    w, ql, kl = view_stack(m, "cross")
     assert ql == ["0:<s>→▁Hal", "1:▁Hal→lo", "2:lo→</s>"] and kl == ["0:▁Hi", "1:▁there", "2:</s>"]
-    assert np.array_equal(w, b["cross"])
-    w, ql, kl = view_stack(b, "cross", hide_special=True)
+    assert np.array_equal(w, cross)
+    w, ql, kl = view_stack(m, "encoder")
+    assert ql == kl == ["0:▁Hi", "1:▁there", "2:</s>"]
+    w, ql, kl = view_stack(m, "cross", hide_special=True)
     assert ql == ["1:▁Hal→lo", "2:lo→</s>"] and kl == ["0:▁Hi", "1:▁there"]
-    assert np.allclose(w, b["cross"][..., 1:, :2])
-    w, ql, kl = view_stack(b, "decoder", words=True)
+    assert np.allclose(w, cross[..., 1:, :2])
+    dec = kind_stack(m, "decoder")
+    w, ql, kl = view_stack(m, "decoder", words=True)
     assert ql == ["0:<s>", "1:Hallo"] and kl == ["0:<s>", "1:Hallo"]
-    assert np.allclose(w[..., 1, 1], (b["decoder"][..., 1, 1:].sum(-1) + b["decoder"][..., 2, 1:].sum(-1)) / 2)
+    assert np.allclose(w[..., 1, 1], (dec[..., 1, 1:].sum(-1) + dec[..., 2, 1:].sum(-1)) / 2)
     with pytest.raises(ValueError):
-        view_stack(b, "sideways")
+        view_stack(m, "sideways")
+    m.src_tokens = None
+    with pytest.raises(ValueError, match="no piece labels"):
+        kind_labels(m, "cross")
 
 
-def test_sentence_bundle_matches_translator(tiny_translator):
-    """The bundle holds the translator's own maps and the teacher-forced probabilities of its output."""
+def test_explain_matches_translator(tiny_translator):
+    """explain() holds the translator's own maps and the teacher-forced probabilities of its output."""
     import torch
 
-    from aiayn.analysis import sentence_bundle
+    from aiayn.analysis import explain
 
-    b = sentence_bundle(tiny_translator, "Good morning", beam_size=1, max_len=8)
+    e = explain(tiny_translator, "Good morning", beam_size=1, max_len=8)
     t = tiny_translator.translate("Good morning", beam_size=1, max_len=8)
-    assert b["out_tokens"] == t.tgt_tokens and b["src_tokens"] == t.src_tokens
-    assert np.allclose(b["cross"], t.attention.cross[:, 0].float().numpy(), atol=1e-6)
+    assert e.mode == "free-running" and e.reference is None and e.next_pieces_note is None
+    assert e.output_tokens == t.output_tokens and e.src_tokens == t.src_tokens and e.output_ids == t.output_ids
+    assert e.attention.cross.device.type == "cpu" and e.attention.batch_size == 1
+    assert torch.allclose(e.attention.cross, t.attention.cross, atol=1e-6)
     # greedy decoding: the piece chosen at every step is the most probable one of the forced pass
-    assert [row[0] for row in b["topk_pieces"]] == t.tgt_tokens
-    assert np.allclose(b["chosen_prob"], b["topk_probs"][:, 0], atol=1e-5)
-    assert np.all(np.diff(b["topk_probs"], axis=1) <= 0)
-    f = sentence_bundle(tiny_translator, "Good morning", reference="Guten Morgen")
+    nxt = e.next_pieces
+    assert [row[0] for row in nxt.pieces] == t.output_tokens
+    assert nxt.probs.shape == (len(t.output_tokens), 10) and nxt.chosen_prob.shape == (len(t.output_tokens),)
+    assert np.allclose(nxt.chosen_prob, nxt.probs[:, 0], atol=1e-5)
+    assert np.all(np.diff(nxt.probs, axis=1) <= 0)
+    # the pages' downloads: the maps' own exports, labelled with the one vocabulary
+    df = e.attention.to_dataframe(kinds=["cross"])
+    assert list(df["query_token"]) == [e.decoder_input_tokens[i] for i in df["query_pos"]]
+    data = json.loads(e.attention.to_json())
+    assert data["decoder_input_tokens"] == [e.decoder_input_tokens] and data["output_tokens"] == [e.output_tokens]
+    assert data["meta"] == {"source": "Good morning", "mode": "free-running", "output": e.text}
+    f = explain(tiny_translator, "Good morning", reference="Guten Morgen", k=3)
     forced, probs = tiny_translator.force("Good morning", "Guten Morgen")
-    assert f["mode"] == "teacher-forced" and f["out_tokens"] == forced.tgt_tokens
-    ids = torch.tensor(forced.tgt_ids)
-    assert np.allclose(f["chosen_prob"], probs[torch.arange(len(ids)), ids].numpy(), atol=1e-6)
+    assert f.mode == "teacher-forced" and f.reference == "Guten Morgen" and f.output_tokens == forced.output_tokens
+    assert f.next_pieces.probs.shape == (len(forced.output_ids), 3)
+    ids = torch.tensor(forced.output_ids)
+    assert np.allclose(f.next_pieces.chosen_prob, probs[torch.arange(len(ids)), ids].numpy(), atol=1e-6)
+
+
+def test_explain_says_why_probabilities_are_missing(tiny_translator, monkeypatch):
+    """An empty output has no next pieces: explain() says so instead of failing."""
+    from dataclasses import replace
+
+    from aiayn.analysis import explain
+
+    real = tiny_translator.translate
+
+    def empty(text, **kw):
+        return replace(real(text, **kw), output_ids=[], output_tokens=[], decoder_input_tokens=[])
+
+    monkeypatch.setattr(tiny_translator, "translate", empty)
+    e = explain(tiny_translator, "Good morning", beam_size=1, max_len=4)
+    assert e.next_pieces is None and e.next_pieces_note == "the output is empty"
+
+
+def test_analysis_import_is_light():
+    """``import aiayn.analysis`` must not import torch (the app's first page stays fast)."""
+    import subprocess
+    import sys
+
+    code = "import sys, aiayn.analysis; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -66,7 +66,7 @@ def test_default_view_is_cross_attention_of_the_models_output(checkpoints, refer
     assert {"head_view", "model_view", "step_decoder", "step_cross", "step_topk"} <= set(c), set(c)
     head = c["head_view"]["data"][0]
     assert head["x"] == [esc(f"{i}:{p}") for i, p in enumerate(t.src_tokens)]
-    assert head["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
+    assert head["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.output_tokens))]
     assert np.allclose(arr(head["z"]), t.attention.cross[-1, 0].mean(0).numpy(), atol=1e-5)
     assert any("What to look for" in i.value for i in at.info)  # curated example hint
 
@@ -107,7 +107,7 @@ def test_teacher_forced_mode_uses_the_reference(checkpoints, reference):
     at = run({"mode": "forced", "text": SENT, "ref": "Ich habe keine Zeit."})
     assert not at.exception
     head = charts(at)["head_view"]["data"][0]
-    assert head["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(forced.decoder_input_tokens, forced.tgt_tokens))]
+    assert head["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(forced.decoder_input_tokens, forced.output_tokens))]
     assert np.allclose(arr(head["z"]), forced.attention.cross[-1, 0].mean(0).numpy(), atol=1e-5)
     assert any("Teacher-forced" in m.value for m in at.markdown)
 
@@ -126,7 +126,7 @@ def test_step_scrubber(checkpoints, reference):
     import torch
 
     with torch.inference_mode():
-        logits = tr.model(torch.tensor([t.src_ids]), torch.tensor([[tr.cfg.bos_id] + t.tgt_ids[:-1]]))
+        logits = tr.model(torch.tensor([t.src_ids]), torch.tensor([[tr.cfg.bos_id] + t.output_ids[:-1]]))
     p = torch.softmax(logits[0, 2].float(), -1)
     top = torch.topk(p, 10)
     bar = c["step_topk"]["data"][0]

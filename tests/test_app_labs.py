@@ -118,7 +118,7 @@ def test_masking_page_stages_follow_layer_and_head(checkpoints):
     text = at.text_input(key="text").value
     hyp = tr.translate(text, beam_size=4, return_attention=False)
     src, _, _ = tr.encode_source(text)
-    dec_in = [tr.cfg.bos_id] + hyp.tgt_ids[:-1]
+    dec_in = [tr.cfg.bos_id] + hyp.output_ids[:-1]
     w00 = chart(at, "weights")["data"][0]["z"]
     assert np.allclose(w00, lessons.decoder_mask_steps(tr.model, src, dec_in, 0, 0).weights, atol=1e-6)
     at.selectbox(key="layer").set_value(2).run()  # numbered from 1 in the app: index 1

@@ -54,9 +54,9 @@ def test_default_sentence_translates_with_alignment(checkpoints, tiny_translator
     assert at.subheader[0].value == (t.text or "∅ (empty output)")
     fig = spec(at)
     heat = fig["data"][0]
-    # rows: decoder positions labelled fed→predicted; columns: source pieces, unique "i:piece" labels
+    # rows: decoder positions labelled decoder input→output; columns: source pieces, unique "i:piece" labels
     assert heat["x"] == [esc(f"{i}:{p}") for i, p in enumerate(t.src_tokens)]
-    assert heat["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.tgt_tokens))]
+    assert heat["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(t.decoder_input_tokens, t.output_tokens))]
     # default view: last layer, mean over heads of the cross-attention
     import numpy as np
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aiayn.figures.attention import attention_heatmap, head_stats_figure, model_view, query_labels, topk_bar
+from aiayn.figures.attention import attention_heatmap, head_stats_figure, model_view, topk_bar
 
 
 def test_heatmap_labels_values_and_orientation():
@@ -32,11 +32,6 @@ def test_labels_are_escaped_for_plotly_html():
     assert list(fig.data[0].y) == ["&lt;s&gt;", "▁a&amp;b"] and list(fig.data[0].x) == ["x", "&lt;/s&gt;"]
     assert list(topk_bar(["</s>"], [1.0]).data[0].y) == ["0:&lt;/s&gt;"]
     assert list(model_view(np.ones((1, 1, 1, 1)), q_labels=["<s>"], k_labels=["<s>"]).data[0].y) == ["0:&lt;s&gt;"]
-
-
-def test_query_labels():
-    assert query_labels(["<s>", "▁Hal"], ["▁Hal", "lo"]) == ["0:<s>→▁Hal", "1:▁Hal→lo"]
-    assert query_labels(["<s>", "<s>"]) == ["0:<s>", "1:<s>"]
 
 
 def test_model_view_grid_shared_coloraxis_no_text():

@@ -79,7 +79,7 @@ def test_translates_everyday_sentences(shipped):
         t = tr.translate(text, return_attention=False)  # beam 4, alpha 0.6 (Section 6.1)
         outputs.append(t.text)
         assert t.text.strip(), f"empty translation of {text!r}"
-        assert t.finished and t.tgt_ids[-1] == tr.cfg.eos_id and t.tgt_tokens[-1] == eos_piece, \
+        assert t.finished and t.output_ids[-1] == tr.cfg.eos_id and t.output_tokens[-1] == eos_piece, \
             f"{text!r} -> {t.text!r} did not end with EOS (cut at the maximum length)"
         src_w, out_w = _words(text), _words(t.text)
         assert out_w != src_w, f"{text!r} was copied, not translated"
@@ -105,7 +105,7 @@ def test_attention_of_shipped_model_is_complete(shipped):
     t = tr.translate(SENTENCES[shipped[0]][2])
     att = t.attention
     L, H = tr.cfg.n_layers, tr.cfg.n_heads
-    S, T = len(t.src_tokens), len(t.tgt_tokens)
+    S, T = len(t.src_tokens), len(t.output_tokens)
     assert tuple(att.encoder.shape) == (L, 1, H, S, S)
     assert tuple(att.cross.shape) == (L, 1, H, T, S)
     assert tuple(att.decoder.shape) == (L, 1, H, T, T)

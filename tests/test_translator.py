@@ -48,21 +48,21 @@ def tr(tiny_translator) -> Translator:
 
 def _check_consistent(tr: Translator, t, *, finished: bool | None = None):
     """Labels and map shapes agree (S source pieces, T decoder positions)."""
-    S, T = len(t.src_tokens), len(t.tgt_tokens)
+    S, T = len(t.src_tokens), len(t.output_tokens)
     L, H = tr.cfg.n_layers, tr.cfg.n_heads
     assert t.src_tokens[-1] == "</s>" and len(t.src_ids) == S
-    assert len(t.decoder_input_tokens) == T and len(t.tgt_ids) == T
+    assert len(t.decoder_input_tokens) == T and len(t.output_ids) == T
     assert t.decoder_input_tokens[0] == "<s>"
-    assert t.decoder_input_tokens[1:] == t.tgt_tokens[:-1]
-    assert (t.tgt_tokens[-1] == "</s>") == t.finished
+    assert t.decoder_input_tokens[1:] == t.output_tokens[:-1]
+    assert (t.output_tokens[-1] == "</s>") == t.finished
     if finished is not None:
         assert t.finished == finished
     att = t.attention
     assert att.encoder.shape == (L, 1, H, S, S)
     assert att.decoder.shape == (L, 1, H, T, T)
     assert att.cross.shape == (L, 1, H, T, S)
-    assert att.src_tokens == [t.src_tokens] and att.tgt_tokens == [t.decoder_input_tokens]
-    assert att.tgt_output_tokens == [t.tgt_tokens]
+    assert att.src_tokens == [t.src_tokens] and att.decoder_input_tokens == [t.decoder_input_tokens]
+    assert att.output_tokens == [t.output_tokens]
     for kind in ("encoder", "decoder", "cross"):
         w = att.get(kind)
         assert torch.isfinite(w).all()
@@ -130,7 +130,7 @@ def test_unfinished_output_is_cut_at_max_len(tiny_checkpoints):
     piece = tr.tokenizer.id_to_piece(10)
     t = tr.translate("The cat sat on the mat.", beam_size=2, max_len=5)
     assert t.src_tokens == tr.tokenizer.encode_pieces("The cat sat on the mat.") + ["</s>"]
-    assert not t.finished and t.tgt_tokens == [piece] * 5
+    assert not t.finished and t.output_tokens == [piece] * 5
     assert t.decoder_input_tokens == ["<s>"] + [piece] * 4
     _check_consistent(tr, t, finished=False)
 
@@ -138,7 +138,7 @@ def test_unfinished_output_is_cut_at_max_len(tiny_checkpoints):
 def test_finished_output_ends_with_eos(tiny_checkpoints):
     tr = _constant_translator(tiny_checkpoints, token=3)
     t = tr.translate("Hello world.", beam_size=4)
-    assert t.finished and t.tgt_tokens == ["</s>"] and t.decoder_input_tokens == ["<s>"] and t.text == ""
+    assert t.finished and t.output_tokens == ["</s>"] and t.decoder_input_tokens == ["<s>"] and t.text == ""
     _check_consistent(tr, t, finished=True)
 
 
@@ -146,7 +146,7 @@ def test_use_cache_false_gives_same_output(tr):
     for text in ["Hello world.", "He won't be attending the conference."]:
         a = tr.translate(text, beam_size=3, max_len=7, use_cache=True)
         b = tr.translate(text, beam_size=3, max_len=7, use_cache=False)
-        assert a.tgt_tokens == b.tgt_tokens and a.text == b.text
+        assert a.output_tokens == b.output_tokens and a.text == b.text
         assert a.score == pytest.approx(b.score, abs=1e-4)
         for kind in ("encoder", "decoder", "cross"):
             torch.testing.assert_close(a.attention.get(kind), b.attention.get(kind), atol=1e-5, rtol=1e-5)
@@ -170,7 +170,7 @@ def test_threads_share_one_translator(tr):
         parallel = list(pool.map(lambda x: tr.translate(x, beam_size=3, max_len=6), texts))
     assert len({tuple(s.src_tokens) for s in sequential}) == 8
     for s, p in zip(sequential, parallel):
-        assert (p.source, p.src_tokens, p.tgt_tokens, p.text) == (s.source, s.src_tokens, s.tgt_tokens, s.text)
+        assert (p.source, p.src_tokens, p.output_tokens, p.text) == (s.source, s.src_tokens, s.output_tokens, s.text)
         assert p.score == pytest.approx(s.score, abs=1e-5)
         for kind in ("encoder", "decoder", "cross"):
             torch.testing.assert_close(p.attention.get(kind), s.attention.get(kind), atol=1e-6, rtol=1e-5)
@@ -180,7 +180,7 @@ def test_maps_to_dataframe_and_json(tr):
     t = tr.translate("The cat sat.", beam_size=2, max_len=4)
     att = t.attention
     L, H = tr.cfg.n_layers, tr.cfg.n_heads
-    S, T = len(t.src_tokens), len(t.tgt_tokens)
+    S, T = len(t.src_tokens), len(t.output_tokens)
     df = att.to_dataframe()
     assert {"kind", "layer", "head", "batch", "query_pos", "key_pos", "weight", "query_token", "key_token"} <= set(df.columns)
     counts = df["kind"].value_counts().to_dict()
@@ -199,13 +199,15 @@ def test_maps_to_dataframe_and_json(tr):
     data = json.loads(att.to_json())
     assert data["shapes"] == {"encoder": [L, 1, H, S, S], "decoder": [L, 1, H, T, T], "cross": [L, 1, H, T, S]}
     np.testing.assert_allclose(np.array(data["cross"]), att.cross.numpy(), atol=1e-6)
-    assert data["src_tokens"] == [t.src_tokens] and data["tgt_tokens"] == [t.decoder_input_tokens]
+    assert data["src_tokens"] == [t.src_tokens] and data["decoder_input_tokens"] == [t.decoder_input_tokens]
+    assert data["output_tokens"] == [t.output_tokens] and data["meta"]["output"] == t.text
 
 
 def test_force_is_teacher_forced(tr):
     t, probs = tr.force("The cat sat.", "Die Katze saß.", return_scores=True)
     ref_ids = tr.tokenizer.encode("Die Katze saß.") + [tr.cfg.eos_id]
-    assert t.tgt_ids == ref_ids and t.tgt_tokens[-1] == "</s>"
+    assert t.output_ids == ref_ids and t.output_tokens[-1] == "</s>"
+    assert t.mode == "teacher-forced" and t.reference == "Die Katze saß." and t.nbest == []
     assert probs.shape == (len(ref_ids), tr.cfg.vocab_size)
     torch.testing.assert_close(probs.sum(-1), torch.ones(len(ref_ids)), atol=1e-5, rtol=0)
     assert t.log_prob == pytest.approx(float(torch.log(probs[torch.arange(len(ref_ids)), ref_ids]).sum()), abs=1e-3)
@@ -219,3 +221,30 @@ def test_mismatched_tokenizer_is_rejected(tr, tiny_spm):
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=tr.tokenizer.vocab_size + 1))
     with pytest.raises(ValueError, match="vocabulary"):
         Translator(model, Tokenizer.load(tiny_spm))
+
+
+def test_renamed_attributes_warn_and_alias_the_new_fields(tr):
+    """The old names (tgt_tokens, tgt_output_tokens, tgt_ids) are deprecated aliases of the new fields:
+    reading warns and gives the same value, writing warns and sets the new field; constructors refuse them."""
+    from dataclasses import fields, replace
+
+    from aiayn.model.maps import AttentionMaps
+    from aiayn.translator import Translation
+
+    t = tr.translate("The cat sat.", beam_size=1, max_len=4)
+    att = t.attention
+    for obj, old, new in ((t, "tgt_tokens", "output_tokens"), (t, "tgt_ids", "output_ids"),
+                          (att, "tgt_tokens", "decoder_input_tokens"), (att, "tgt_output_tokens", "output_tokens")):
+        with pytest.warns(DeprecationWarning, match=f"{old} is deprecated; use .*{new}"):
+            value = getattr(obj, old)
+        assert value is getattr(obj, new)
+        with pytest.warns(DeprecationWarning, match=old):
+            setattr(obj, old, ["x"])
+        assert getattr(obj, new) == ["x"]
+    assert att.decoder_input_tokens == ["x"] and att.output_tokens == ["x"]
+    with pytest.raises(TypeError):
+        AttentionMaps(tgt_tokens=[["<s>"]])
+    with pytest.raises(TypeError):
+        replace(t, tgt_tokens=["x"])
+    assert {"output_tokens", "output_ids"} <= {f.name for f in fields(Translation)}
+    assert not {"tgt_tokens", "tgt_ids"} & {f.name for f in fields(Translation)}

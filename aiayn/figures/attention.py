@@ -14,11 +14,12 @@ from plotly.subplots import make_subplots
 
 from ..analysis import unique_labels
 
-#: axis titles per kind: (query axis, key axis)
+#: axis titles per kind: (query axis, key axis). Decoder queries are labelled ``"i:decoder input→output"``
+#: (:func:`aiayn.analysis.query_labels`): the piece fed at position i (BOS-shifted) and the piece predicted.
 AXIS_TITLES = {
     "encoder": ("query (source)", "key (source)"),
-    "decoder": ("query (fed → predicted)", "key (fed, BOS-shifted)"),
-    "cross": ("query (fed → predicted)", "key (source)"),
+    "decoder": ("query (decoder input → output)", "key (decoder input, BOS-shifted)"),
+    "cross": ("query (decoder input → output)", "key (source)"),
 }
 
 
@@ -30,13 +31,6 @@ def plotly_safe(label: str) -> str:
 
 def _safe(labels) -> list[str]:
     return [plotly_safe(x) for x in labels]
-
-
-def query_labels(fed: Sequence[str], predicted: Sequence[str] | None = None) -> list[str]:
-    """Decoder query labels ``"i:fed→predicted"`` (or ``"i:fed"`` when predictions are unknown)."""
-    if predicted is None:
-        return unique_labels(fed)
-    return [f"{i}:{a}→{b}" for i, (a, b) in enumerate(zip(fed, predicted))]
 
 
 def attention_heatmap(

@@ -9,12 +9,15 @@ Shapes (L layers, B batch, H heads, S source length, T target length):
 Weights are post-softmax and pre-dropout, float32 on the device they were computed on (``.cpu()`` moves
 them). The optional ``*_scores`` hold the scaled pre-softmax scores ``QK^T / sqrt(d_k)`` before masking.
 Token labels, when known, are per batch item: ``src_tokens[b]`` label encoder keys/queries and cross keys;
-``tgt_tokens[b]`` the decoder inputs that were fed (BOS-shifted: decoder queries and keys);
-``tgt_output_tokens[b]`` what each decoder position predicted. Lengths exclude padding.
+``decoder_input_tokens[b]`` the pieces fed to the decoder (``<s>`` then the output shifted right: decoder
+queries and keys, cross queries); ``output_tokens[b]`` the piece each decoder position predicted. Lengths
+exclude padding. The old names ``tgt_tokens`` / ``tgt_output_tokens`` remain as deprecated attribute aliases
+(they warn); the constructor accepts only the new keywords.
 """
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
@@ -29,6 +32,25 @@ KIND_TITLES = {
 }
 
 
+def renamed_attribute(cls_name: str, old: str, new: str) -> property:
+    """A property ``old`` that reads and writes attribute ``new``, emitting ``DeprecationWarning`` each time.
+
+    For renamed dataclass fields kept as deprecated aliases for now (used by :class:`AttentionMaps` and
+    :class:`aiayn.translator.Translation`). Constructors take only the new keyword.
+    """
+    message = f"{cls_name}.{old} is deprecated; use {cls_name}.{new}"
+
+    def fget(self):
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    def fset(self, value) -> None:
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        setattr(self, new, value)
+
+    return property(fget, fset, doc=f"Deprecated alias of :attr:`{new}` (warns ``DeprecationWarning``).")
+
+
 @dataclass
 class AttentionMaps:
     """All attention maps of one forward pass or one decoded hypothesis (see module docstring)."""
@@ -40,11 +62,15 @@ class AttentionMaps:
     decoder_scores: Tensor | None = None
     cross_scores: Tensor | None = None
     src_tokens: list[list[str]] | None = None
-    tgt_tokens: list[list[str]] | None = None
-    tgt_output_tokens: list[list[str]] | None = None
+    decoder_input_tokens: list[list[str]] | None = None
+    output_tokens: list[list[str]] | None = None
     src_lengths: list[int] | None = None
     tgt_lengths: list[int] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- deprecated names (issue 12: one vocabulary from model to page); attribute access only ---------------
+    tgt_tokens = renamed_attribute("AttentionMaps", "tgt_tokens", "decoder_input_tokens")
+    tgt_output_tokens = renamed_attribute("AttentionMaps", "tgt_output_tokens", "output_tokens")
 
     # -- access --------------------------------------------------------------------------------------------
     def get(self, kind: str, *, scores: bool = False) -> Tensor:
@@ -73,10 +99,19 @@ class AttentionMaps:
         return next(t for t in (self.encoder, self.decoder, self.cross) if t is not None).shape[1]
 
     def labels(self, kind: str, batch: int = 0) -> tuple[list[str] | None, list[str] | None]:
-        """(query labels, key labels) of ``kind`` for batch item ``batch``, or None where unknown."""
+        """(query labels, key labels) of ``kind`` for batch item ``batch``, or None where unknown.
+
+        encoder: (src_tokens, src_tokens); decoder: (decoder_input_tokens, decoder_input_tokens);
+        cross: (decoder_input_tokens, src_tokens) (Section 3.2.3: decoder queries, encoder keys).
+
+        Raises:
+            ValueError: unknown kind.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown attention kind {kind!r}; choose one of {KINDS}")
         src = self.src_tokens[batch] if self.src_tokens else None
-        tgt = self.tgt_tokens[batch] if self.tgt_tokens else None
-        return {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}[kind]
+        fed = self.decoder_input_tokens[batch] if self.decoder_input_tokens else None
+        return {"encoder": (src, src), "decoder": (fed, fed), "cross": (fed, src)}[kind]
 
     def _tensors(self) -> Iterator[tuple[str, Tensor]]:
         for name in ("encoder", "decoder", "cross", "encoder_scores", "decoder_scores", "cross_scores"):
@@ -109,8 +144,8 @@ class AttentionMaps:
             self,
             **out,
             src_tokens=pick(self.src_tokens),
-            tgt_tokens=pick(self.tgt_tokens),
-            tgt_output_tokens=pick(self.tgt_output_tokens),
+            decoder_input_tokens=pick(self.decoder_input_tokens),
+            output_tokens=pick(self.output_tokens),
             src_lengths=pick(self.src_lengths),
             tgt_lengths=pick(self.tgt_lengths),
         )
@@ -169,7 +204,8 @@ class AttentionMaps:
         return pd.concat(frames, ignore_index=True)
 
     def to_dict(self, *, include_scores: bool = False, decimals: int | None = 6) -> dict[str, Any]:
-        """JSON-able dict: nested lists ``[L][B][H][Q][K]`` per kind, labels, lengths and ``meta``."""
+        """JSON-able dict: nested lists ``[L][B][H][Q][K]`` per kind, labels (``src_tokens``,
+        ``decoder_input_tokens``, ``output_tokens``), lengths and ``meta``."""
         out: dict[str, Any] = {"shapes": {}, "meta": self.meta}
         for name, value in self._tensors():
             if name.endswith("_scores") and not include_scores:
@@ -179,7 +215,7 @@ class AttentionMaps:
                 arr = torch.round(arr, decimals=decimals)
             out[name] = arr.tolist()
             out["shapes"][name] = list(value.shape)
-        for name in ("src_tokens", "tgt_tokens", "tgt_output_tokens", "src_lengths", "tgt_lengths"):
+        for name in ("src_tokens", "decoder_input_tokens", "output_tokens", "src_lengths", "tgt_lengths"):
             out[name] = getattr(self, name)
         return out
 

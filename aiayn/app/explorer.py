@@ -1,0 +1,184 @@
+"""The attention explorer's tabs: one head, all heads, step by step, head statistics (Streamlit).
+
+The job of this module is drawing, for one sentence, the four views of ``pages/2_Attention_Explorer.py``
+once the page has read its controls (kind, layer, head, words, specials, values): the kinds are those of
+Section 3.2.3 (encoder self-attention, masked decoder self-attention, encoder-decoder attention). Every
+renderer takes an :class:`ExplorerView` (the sentence's :class:`~aiayn.translator.Translation` and the
+controls) and draws into the current Streamlit container; the page keeps the controls, the URL and the
+tabs. It imports torch (through :mod:`aiayn.model.maps`): only the explorer page, which needs the model, uses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import streamlit as st
+
+from ..analysis import head_stats, kind_labels, kind_stack, query_labels, unique_labels, view_stack
+from ..figures.attention import AXIS_TITLES, attention_heatmap, head_stats_figure, model_view, topk_bar
+from ..model.maps import KIND_TITLES
+from .charts import prepare_figure, show_figure
+from .params import warn_bad_param
+
+if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
+    from ..translator import Translation
+
+#: per-head statistics shown in the head-statistics tab, with their column help (see aiayn.analysis.head_stats)
+STAT_HELP = {
+    "entropy": "mean entropy of a query's attention, bits (0 = all on one key; log2(n) = uniform)",
+    "confidence": "mean over queries of the largest weight (Voita et al. 2019)",
+    "self": "mean weight on the query's own position",
+    "previous": "mean weight on the previous position (positional head when high)",
+    "next": "mean weight on the next position (always 0 in the masked decoder)",
+    "bos": "mean total weight on <s> (a 'sink' when high)",
+    "eos": "mean total weight on </s> (a 'sink' when high)",
+}
+
+
+@dataclass(frozen=True)
+class ExplorerView:
+    """One sentence and the explorer's controls.
+
+    Attributes:
+        ctx: the page's :class:`aiayn.app.PageContext` (direction, colour scale, template, presenter mode).
+        translation: :func:`aiayn.app.explain_sentence` of the sentence (B=1 maps on the CPU).
+        kind: ``"encoder"``, ``"decoder"`` or ``"cross"``.
+        layer: layer, from 1.
+        head: head, from 1, or None for the mean over heads.
+        words: merge pieces into words; hide_special: leave out ``<s>`` / ``</s>``; values: write weights
+            in the cells.
+    """
+
+    ctx: Any
+    translation: "Translation"
+    kind: str
+    layer: int
+    head: int | None
+    words: bool = False
+    hide_special: bool = False
+    values: bool = False
+
+    @property
+    def what(self) -> str:
+        """``"mean over heads"`` or ``"head h"``."""
+        return "mean over heads" if self.head is None else f"head {self.head}"
+
+    @property
+    def stem(self) -> str:
+        """File name stem of this view's downloads: ``kind_direction_Llayer_(mean|Hhead)``."""
+        return f"{self.kind}_{self.ctx.direction}_L{self.layer}_{'mean' if self.head is None else f'H{self.head}'}"
+
+    def pick(self, layer_maps: np.ndarray) -> np.ndarray:
+        """The picked head of one layer's ``(H, Q, K)`` maps (or their mean over heads): ``(Q, K)``."""
+        return layer_maps.mean(axis=0) if self.head is None else layer_maps[self.head - 1]
+
+    def stack(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """:func:`aiayn.analysis.view_stack` of this view: ``(L, H, Q, K)`` weights and unique labels."""
+        return view_stack(self.translation.attention, self.kind, words=self.words, hide_special=self.hide_special)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _model_view_figure(stack: np.ndarray, q_lab: list[str], k_lab: list[str], colorscale: str, template: str,
+                       title: str, presenter: bool):
+    """The L x H grid (it does not depend on the head picked): built once per (maps, labels, look), shared
+    read-only (``show_figure(..., prepared=True)``)."""
+    return prepare_figure(model_view(stack, q_labels=q_lab, k_labels=k_lab, colorscale=colorscale,
+                                     template=template, title=title), presenter=presenter)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _stats_figure(stats, metric: str, colorscale: str, template: str, presenter: bool):
+    """The head-statistics map (does not depend on the head picked), cached like :func:`_model_view_figure`."""
+    return prepare_figure(head_stats_figure(stats, metric, colorscale=colorscale, template=template),
+                          presenter=presenter)
+
+
+def one_head_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: list[str]) -> None:
+    """The picked layer and head (or mean over heads) as one heatmap; ``stack`` ``(L, H, Q, K)`` from
+    :meth:`ExplorerView.stack`."""
+    yt, xt = AXIS_TITLES[v.kind]
+    fig = attention_heatmap(v.pick(stack[v.layer - 1]), q_lab, k_lab,
+                            title=f"{KIND_TITLES[v.kind].capitalize()}, layer {v.layer}, {v.what}",
+                            colorscale=v.ctx.colorscale, x_title=xt, y_title=yt, show_values=v.values,
+                            zmax=1.0 if v.values else None, template=v.ctx.template)
+    show_figure(fig, key="head_view", filename=v.stem)
+
+
+def all_heads_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: list[str]) -> None:
+    """Every head of every layer of the kind as a grid with one shared colour scale."""
+    L, H = stack.shape[:2]
+    st.caption(f"All {L} × {H} heads of the {KIND_TITLES[v.kind]}, one shared colour scale. Hover for values; "
+               "pick a layer and head above to zoom in.")
+    mv = _model_view_figure(stack, q_lab, k_lab, v.ctx.colorscale, v.ctx.template,
+                            f"{KIND_TITLES[v.kind].capitalize()}: all heads", v.ctx.presenter)
+    show_figure(mv, key="model_view", filename=f"{v.kind}_{v.ctx.direction}_all_heads", prepared=True)
+
+
+def step_tab(v: ExplorerView) -> None:
+    """Decoding step by step (slider ``step``, bound to the URL): the decoder self-attention rows written so
+    far, the cross-attention of the step over the source, and the top-k next pieces of the step."""
+    t = v.translation
+    fed, out = t.decoder_input_tokens, t.output_tokens
+    T = len(out)
+    step_opts = list(range(1, T + 1))
+    warn_bad_param("step", [str(s) for s in step_opts], f"the step must be 1 to {T}")
+    if T > 1:
+        step = st.slider("Decoding step", 1, T, key="step", bind="query-params",
+                         help="At step t the decoder has been fed t pieces and predicts the next one.")
+    else:
+        step = 1
+    step = int(step) if step in step_opts else 1
+    i = step - 1
+    st.markdown(f"**Step {step} of {T}.** Fed so far: " + " ".join(f"`{p}`" for p in fed[: i + 1])
+                + f" → predicts **`{out[i]}`**")
+    dec_w = v.pick(kind_stack(t.attention, "decoder")[v.layer - 1])
+    crs_w = v.pick(kind_stack(t.attention, "cross")[v.layer - 1])
+    rows = query_labels(fed, out, positions=range(i + 1))
+    s1, s2 = st.columns([1, 1], gap="medium")
+    with s1:
+        fig = attention_heatmap(dec_w[: i + 1, : i + 1], rows, query_labels(fed, positions=range(i + 1)),
+                                title=f"Decoder self-attention, rows 0..{i} (layer {v.layer}, {v.what})",
+                                colorscale=v.ctx.colorscale, x_title=AXIS_TITLES["decoder"][1],
+                                y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=v.ctx.template,
+                                height=int(min(620, 260 + 28 * (i + 1))))
+        show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{v.stem}")
+    with s2:
+        fig = attention_heatmap(crs_w[i : i + 1], rows[i:], unique_labels(t.src_tokens),
+                                title=f"Cross-attention of step {step} over the source", colorscale=v.ctx.colorscale,
+                                x_title=AXIS_TITLES["cross"][1], y_title="query", zmax=1.0, template=v.ctx.template,
+                                height=300)
+        show_figure(fig, key="step_cross", filename=f"step{step}_cross_{v.stem}")
+        nxt = t.next_pieces
+        if nxt is not None:
+            pieces = nxt.pieces[i]
+            fig = topk_bar(pieces, nxt.probs[i], chosen=out[i], template=v.ctx.template,
+                           title=f"Top {len(pieces)} next pieces at step {step} (next: {out[i]}, "
+                                 f"p = {float(nxt.chosen_prob[i]):.3f})")
+            show_figure(fig, key="step_topk", filename=f"step{step}_topk_{v.ctx.direction}")
+        else:
+            st.info(f"Next-piece probabilities are not available for this output: {t.next_pieces_note}.")
+
+
+def head_stats_tab(v: ExplorerView) -> None:
+    """One row per head of the kind (:func:`aiayn.analysis.head_stats`), a map of one statistic over
+    layers x heads, and the table as CSV."""
+    kind, ctx = v.kind, v.ctx
+    qp, kp = kind_labels(v.translation.attention, kind)
+    stats = head_stats(kind_stack(v.translation.attention, kind), qp, kp, kind=kind)
+    st.caption("One row per head of the " + KIND_TITLES[kind] + " for this sentence. Click a column header "
+               "to sort: low entropy / high confidence = focused heads; high previous/next = positional heads; "
+               "high bos/eos = sink heads." + (" Self/previous/next are not defined for cross-attention."
+                                               if kind == "cross" else ""))
+    num = {c: st.column_config.NumberColumn(c, help=STAT_HELP[c], format="%.3f") for c in STAT_HELP}
+    st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table",
+                 height=min(36 * (len(stats) + 1) + 4, 900))
+    metric = st.selectbox("Map a statistic over layers × heads", list(STAT_HELP), key="stat_metric")
+    if stats[metric].notna().any():
+        show_figure(_stats_figure(stats, metric, ctx.colorscale, ctx.template, ctx.presenter),
+                    key="stats_grid", filename=f"{kind}_{ctx.direction}_{metric}", prepared=True)
+    else:
+        st.info(f"'{metric}' is not defined for {KIND_TITLES[kind]}.")
+    st.download_button("⬇ Head statistics (CSV)", lambda: stats.to_csv(index=False),
+                       file_name=f"head_stats_{kind}_{ctx.direction}.csv", mime="text/csv", on_click="ignore",
+                       key="stats_csv")
