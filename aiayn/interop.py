@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .model.attention import MultiHeadAttention
+from .model.positional import sinusoidal_encoding
 from .model.transformer import Transformer
 
 
@@ -70,8 +71,6 @@ class TorchTransformerReference(nn.Module):
         if cfg.share_embeddings:
             self.generator.weight = self.src_embedding.weight
         if cfg.positional == "sinusoidal":
-            from .model.positional import sinusoidal_encoding
-
             self.register_buffer("src_pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
             self.tgt_pe = None
         else:

@@ -27,11 +27,11 @@ def test_overview_renders_model_card_and_links(checkpoints):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["d_model"] == "64" and metrics["N (layers)"] == "2" and metrics["h (heads)"] == "4"
     assert "tiny random test model" in _texts(at)
-    # the sidebar links every page that exists, in PAGES order
+    # every page of PAGES exists and the sidebar links it, in PAGES order
+    assert all((REPO / path).is_file() for path, _, _ in ui.PAGES)
     labels = [el.proto.label for el in at.get("page_link")]
-    for path, label, _ in ui.PAGES:
-        if (REPO / path).is_file():
-            assert label in labels, path
+    names = [label for _, label, _ in ui.PAGES]
+    assert [label for label in labels if label in names] == names  # the Overview's own links are in bold
 
 
 def test_direction_bound_to_url(checkpoints):

@@ -13,15 +13,6 @@ from torch import nn
 from aiayn.model.attention import MultiHeadAttention, scaled_dot_product_attention
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny ops only lose from threading on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _qkv(B=2, H=3, T=5, S=7, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(B, H, T, d, generator=g), torch.randn(B, H, S, d, generator=g), torch.randn(B, H, S, d, generator=g))

@@ -9,40 +9,23 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from aiayn import Transformer, TransformerConfig, Translator
+from aiayn import Translator
 from aiayn.checkpoint import CONFIG_FILE, WEIGHTS_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
+from tiny_models import perturbed_tiny_model as tiny
 
 SRC = torch.tensor([[5, 9, 12, 7, 3], [11, 3, 0, 0, 0]])
 TGT = torch.tensor([[2, 8, 6, 30], [2, 13, 14, 0]])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _model(seed=0, **overrides):
-    cfg = TransformerConfig.preset("tiny", vocab_size=40, max_len=32, **overrides)
-    torch.manual_seed(seed)
-    m = Transformer(cfg)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return m.eval()
-
-
 @pytest.fixture
 def saved(tmp_path):
-    model = _model()
+    model = tiny()
     return save_checkpoint(tmp_path / "ckpt", model, dtype="float32", meta={"direction": "en-de"}), model
 
 
 @pytest.mark.parametrize("overrides", [dict(), dict(norm_first=True, positional="learned", share_embeddings=False)], ids=["paper", "variants"])
 def test_fp32_round_trip_is_exact(tmp_path, overrides):
-    model = _model(**overrides)
+    model = tiny(**overrides)
     save_checkpoint(tmp_path / "c", model, dtype="float32", meta={"note": "x"})
     loaded, config = load_checkpoint(tmp_path / "c")
     assert not loaded.training
@@ -54,7 +37,7 @@ def test_fp32_round_trip_is_exact(tmp_path, overrides):
 
 
 def test_fp16_round_trip_within_half_precision(tmp_path):
-    model = _model()
+    model = tiny()
     save_checkpoint(tmp_path / "c", model, dtype="float16")
     loaded, config = load_checkpoint(tmp_path / "c")
     assert config["dtype"] == "float16"
@@ -122,7 +105,7 @@ def test_foreign_safetensors_keys_are_named(saved):
 
 def test_foreign_safetensors_shapes_are_named(tmp_path, saved):
     d, _ = saved
-    other = _model(d_ff=96)  # same tensor names, one shape differs
+    other = tiny(d_ff=96)  # same tensor names, one shape differs
     save_checkpoint(tmp_path / "other", other, dtype="float32")
     shutil.copy(tmp_path / "other" / WEIGHTS_FILE, d / WEIGHTS_FILE)
     with pytest.raises(ValueError, match=f"{WEIGHTS_FILE}.*shape"):
@@ -182,12 +165,12 @@ def test_read_config_reports_meta(saved):
 
 
 def test_average_checkpoints_is_the_mean(tmp_path):
-    a, b = _model(seed=1), _model(seed=2)
+    a, b = tiny(seed=1), tiny(seed=2)
     save_checkpoint(tmp_path / "a", a, dtype="float32")
     save_checkpoint(tmp_path / "b", b, dtype="float32")
     avg = average_checkpoints([tmp_path / "a" / WEIGHTS_FILE, tmp_path / "b" / WEIGHTS_FILE])
     for k, v in a.state_dict().items():
         torch.testing.assert_close(avg[k], (v + b.state_dict()[k]) / 2)
-    save_checkpoint(tmp_path / "c", _model(d_ff=96), dtype="float32")
+    save_checkpoint(tmp_path / "c", tiny(d_ff=96), dtype="float32")
     with pytest.raises(ValueError, match="same tensors"):
         average_checkpoints([tmp_path / "a" / WEIGHTS_FILE, tmp_path / "c" / WEIGHTS_FILE])

@@ -33,17 +33,8 @@ def _reversal_batch(g, n):
     return _pad(src), _pad(tgt)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny ops only lose from threading on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def model(one_thread):
+def model():
     cfg = TransformerConfig.preset("tiny", vocab_size=V, max_len=128, share_embeddings=False)
     torch.manual_seed(0)
     m = Transformer(cfg)

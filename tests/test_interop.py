@@ -8,22 +8,18 @@ attention. PyTorch's MHA fast path is disabled for exactness and restored afterw
 """
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
-from aiayn import Transformer, TransformerConfig
 from aiayn.interop import to_torch_transformer
+from tiny_models import perturbed_tiny_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning")
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny ops only lose from threading on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
+#: the tiny preset, seeded and perturbed harder (0.1: LayerNorm gains and biases far from 1 and 0), eps 1e-6
+tiny = partial(perturbed_tiny_model, noise=0.1, layer_norm_eps=1e-6)
 
 VARIANTS = {
     "post-LN": dict(),
@@ -42,16 +38,6 @@ def no_mha_fastpath():
     assert torch.backends.mha.get_fastpath_enabled() == before
 
 
-def _model(seed=0, **overrides) -> Transformer:
-    cfg = TransformerConfig.preset("tiny", vocab_size=40, max_len=32, layer_norm_eps=1e-6, **overrides)
-    torch.manual_seed(seed)
-    model = Transformer(cfg)
-    with torch.no_grad():  # perturb every parameter (LayerNorm gains, biases...) so a missed copy shows
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model.eval()
-
-
 def _batch(seed=1):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, 40, (3, 9), generator=g)
@@ -66,7 +52,7 @@ def _batch(seed=1):
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_logits_match_torch_nn_transformer(variant):
-    model = _model(**VARIANTS[variant])
+    model = tiny(**VARIANTS[variant])
     ref = to_torch_transformer(model).eval()
     if model.cfg.norm_first:
         assert ref.transformer.encoder.norm is not None and ref.transformer.decoder.norm is not None
@@ -81,7 +67,7 @@ def test_logits_match_torch_nn_transformer(variant):
     for b in range(3):
         torch.testing.assert_close(ours[b, : tgt_len[b]], theirs[b, : tgt_len[b]], atol=1e-5, rtol=1e-5)
     # and the comparison is sharp: another model's weights do not pass
-    other = to_torch_transformer(_model(seed=5, **VARIANTS[variant])).eval()
+    other = to_torch_transformer(tiny(seed=5, **VARIANTS[variant])).eval()
     with torch.no_grad():
         assert (other(src, tgt)[0, :7] - ours[0, :7]).abs().max() > 1e-2
 
@@ -100,7 +86,7 @@ def _capture_mha_inputs(ref):
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_per_head_maps_match_torch_multihead_attention(variant):
-    model = _model(seed=3, **VARIANTS[variant])
+    model = tiny(seed=3, **VARIANTS[variant])
     ref = to_torch_transformer(model).eval()
     src, tgt, src_len, tgt_len = _batch(seed=4)
     calls, handles = _capture_mha_inputs(ref)

@@ -6,35 +6,21 @@ the attention path), or with a hand computation.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
-from aiayn import Transformer, TransformerConfig
+from aiayn import Transformer
 from aiayn.decoding import beam_search, greedy_decode
 from aiayn.model.positional import sinusoidal_encoding
 from aiayn.model.transformer import causal_mask
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny ops only lose from threading on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
+from tiny_models import perturbed_tiny_model
 
 V = 40
 
-
-def _model(seed=0, **overrides) -> Transformer:
-    cfg = TransformerConfig.preset("tiny", vocab_size=V, max_len=96, **overrides)
-    torch.manual_seed(seed)
-    model = Transformer(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model.eval()
+#: the tiny preset, seeded and perturbed (tests/tiny_models.py), with this file's vocabulary and length
+tiny = partial(perturbed_tiny_model, vocab_size=V, max_len=96)
 
 
 def _pad(seqs, pad=0):
@@ -49,7 +35,7 @@ VARIANTS = [dict(), dict(norm_first=True), dict(positional="learned"), dict(shar
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=["post-LN", "pre-LN", "learned-PE", "untied"])
 def test_padded_batch_equals_each_sentence_alone(overrides):
-    model = _model(**overrides)
+    model = tiny(**overrides)
     with torch.no_grad():
         batch_logits, maps = model(_pad(SRC), _pad(TGT), return_attention=True)
         for b, (s, t) in enumerate(zip(SRC, TGT)):
@@ -63,7 +49,7 @@ def test_padded_batch_equals_each_sentence_alone(overrides):
 
 @pytest.mark.parametrize("overrides", VARIANTS[:3], ids=["post-LN", "pre-LN", "learned-PE"])
 def test_later_target_tokens_never_change_earlier_logits(overrides):
-    model = _model(seed=1, **overrides)
+    model = tiny(seed=1, **overrides)
     src = torch.tensor([SRC[0]])
     tgt = torch.tensor([[2, 8, 6, 30, 11, 12]])
     with torch.no_grad():
@@ -77,7 +63,7 @@ def test_later_target_tokens_never_change_earlier_logits(overrides):
 
 
 def test_fast_path_equals_capture_path_and_maps_are_distributions():
-    model = _model(seed=2)
+    model = tiny(seed=2)
     src, tgt = _pad(SRC), _pad(TGT)
     with torch.no_grad():
         fast = model(src, tgt)
@@ -104,7 +90,7 @@ def test_fast_path_equals_capture_path_and_maps_are_distributions():
 def test_decode_self_attn_mask_causal_is_the_default_and_all_true_sees_the_future():
     """``Transformer.decode(self_attn_mask=...)``: the explicit causal mask (2-d or per sentence) is the default
     bit for bit, on both paths; an all-True mask lets earlier positions see a later token (Section 3.2.3)."""
-    model = _model(seed=5, norm_first=True, positional="learned")
+    model = tiny(seed=5, norm_first=True, positional="learned")
     src, tgt = _pad(SRC), _pad(TGT)
     T = tgt.size(1)
     causal = causal_mask(T)
@@ -140,7 +126,7 @@ def test_decode_self_attn_mask_causal_is_the_default_and_all_true_sees_the_futur
 
 def test_decode_self_attn_mask_with_cache():
     """With a cache the mask covers every key so far, ``(T, cache.length + T)``: the causal one is the default."""
-    model = _model(seed=6)
+    model = tiny(seed=6)
     src, tgt = torch.tensor([SRC[0]]), torch.tensor([TGT[0]])
     with torch.no_grad():
         enc = model.encode(src)
@@ -154,7 +140,7 @@ def test_decode_self_attn_mask_with_cache():
 
 def test_first_encoder_layer_scores_by_hand():
     """Layer-0 encoder scores from the embedding formula of Sections 3.4/3.5 and Equation 1, by hand."""
-    model = _model(seed=3)
+    model = tiny(seed=3)
     src = torch.tensor([SRC[0]])
     with torch.no_grad():
         _, maps = model(src, torch.tensor([TGT[0]]), return_scores=True)
@@ -170,7 +156,7 @@ def test_first_encoder_layer_scores_by_hand():
 @pytest.mark.parametrize("overrides", [dict(norm_first=True), dict(positional="learned"), dict(norm_first=True, positional="learned", share_embeddings=False)],
                          ids=["pre-LN", "learned-PE", "all"])
 def test_variants_run_end_to_end(overrides):
-    model = _model(seed=4, **overrides)
+    model = tiny(seed=4, **overrides)
     if model.cfg.norm_first:
         assert hasattr(model, "encoder_norm") and hasattr(model, "decoder_norm")
     if model.cfg.positional == "learned":
@@ -204,7 +190,7 @@ def test_variants_run_end_to_end(overrides):
 
 
 def test_bad_inputs_raise_clear_errors():
-    model = _model()
+    model = tiny()
     src, tgt = torch.tensor([[5, 3]]), torch.tensor([[2, 5]])
     with pytest.raises(ValueError, match="shape"):
         model(src[0], tgt)
@@ -219,7 +205,7 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_no_attention_state_is_kept_on_modules():
-    model = _model()
+    model = tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     names_before = {n for n, _ in model.named_buffers()} | set(vars(model))
     with torch.no_grad():

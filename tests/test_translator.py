@@ -33,14 +33,6 @@ UNICODE = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tr(tiny_translator) -> Translator:
     return tiny_translator

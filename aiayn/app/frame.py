@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from ..figures.theme import PRESENTER_FONT_SIZE
 from .charts import EXPORT_FORMATS
@@ -207,8 +208,6 @@ def page_exists(path: str) -> bool:
 def page_link(path: str, **kwargs: Any) -> None:
     """``st.page_link`` that shows nothing (instead of raising) when the page is unknown to this run
     (e.g. a page script run on its own as the entry point)."""
-    from streamlit.errors import StreamlitAPIException
-
     try:
         st.page_link(path, **kwargs)
     except StreamlitAPIException:

@@ -205,7 +205,7 @@ def quality_verdict(meta: dict[str, Any] | None) -> tuple[str, str] | None:
 
 def write_card(ckpt: str | Path, *, eval_path: str | Path | None, data_dir: str | Path | None, hardware: str, notes: str = "") -> Path:
     """Render and write ``MODEL_CARD.md`` into ``ckpt`` (translating the everyday sample sentences live)."""
-    from ..translator import Translator
+    from ..translator import Translator  # imports torch: the app's first page imports this module
 
     ckpt = Path(ckpt)
     evaluation = json.loads(Path(eval_path).read_text()) if eval_path else None

@@ -25,6 +25,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import pandas as pd
+from sacrebleu.metrics import BLEU, CHRF
+from tqdm import tqdm
+
 from ..data.corpora import read_tsv
 from ..files import sha256_file
 from .baseline import dictionary_baseline, load_lexicon
@@ -50,8 +54,6 @@ def score(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
     Raises:
         ValueError: different numbers of hypotheses and references, none at all, or a non-string.
     """
-    from sacrebleu.metrics import BLEU, CHRF
-
     hyps, refs = list(hyps), list(refs)
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
@@ -113,8 +115,6 @@ def evaluate_translator(
         ValueError: misaligned or empty inputs, an empty source, bad beam settings, ``lexicon`` without
             ``src_lang``.
     """
-    from tqdm import tqdm
-
     sources, references = list(sources), list(references)
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
@@ -177,8 +177,6 @@ def read_split(data_dir: str | Path, split: str, direction: str) -> tuple[list[s
 
 
 def _table(rows: list[tuple[str, dict[str, Any]]]) -> str:
-    import pandas as pd
-
     df = pd.DataFrame(
         [{"system": name, "BLEU": round(s["bleu"], 2), "chrF": round(s["chrf"], 2),
           "BP": round(s["brevity_penalty"], 3), "hyp/ref len": f"{s['sys_len']}/{s['ref_len']}"} for name, s in rows]
