@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .checkpoint import SPM_FILE, load_checkpoint
+from .checkpoint_format import DEFAULT_CHECKPOINTS_DIR
 from .data.batching import pad_ids
 from .decoding import Hypothesis, beam_search
 from .model.maps import AttentionMaps, renamed_attribute
@@ -25,7 +26,7 @@ from .model.transformer import Transformer
 from .tokenizer import Tokenizer
 
 #: where the shipped checkpoints live (a checkout or an editable install); AIAYN_CHECKPOINTS overrides.
-CHECKPOINTS_DIR = Path(os.environ.get("AIAYN_CHECKPOINTS", Path(__file__).resolve().parent.parent / "checkpoints"))
+CHECKPOINTS_DIR = Path(os.environ.get("AIAYN_CHECKPOINTS", DEFAULT_CHECKPOINTS_DIR))
 DEFAULT_DIRECTION = "en-de"
 
 
