@@ -13,34 +13,6 @@ DEFAULTS = {"en-de": "I have no time.", "de-en": "Ich habe keine Zeit."}
 BEAM_MAX = 16
 
 
-def _int_param(name: str, lo: int, hi: int) -> int | None:
-    raw = st.query_params.get(name)
-    if raw is None:
-        return None
-    try:
-        v = int(raw)
-    except ValueError:
-        v = None
-    if v is None or not lo <= v <= hi:
-        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: expected a whole number from {lo} to {hi}.", icon="⚠️")
-        return None
-    return v
-
-
-def _float_param(name: str, lo: float, hi: float) -> float | None:
-    raw = st.query_params.get(name)
-    if raw is None:
-        return None
-    try:
-        v = float(raw)
-    except ValueError:
-        v = float("nan")
-    if not lo <= v <= hi:
-        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: expected a number from {lo} to {hi}.", icon="⚠️")
-        return None
-    return v
-
-
 def chips(pieces: list[str]) -> str:
     return " ".join(f"`{p.replace('`', 'ˋ')}`" for p in pieces)
 
@@ -59,10 +31,10 @@ if "tr_seeded" not in st.session_state or st.session_state.get("tr_dir") != ctx.
     elif prev is None or prev == DEFAULTS.get(st.session_state.get("tr_dir", ""), None):
         st.session_state.tr_text = DEFAULTS[ctx.direction]
     if first:
-        st.session_state.tr_beam = _int_param("beam", 1, BEAM_MAX) or 4
-        a = _float_param("alpha", 0.0, 2.0)
+        st.session_state.tr_beam = ui.number_param("beam", 1, BEAM_MAX) or 4
+        a = ui.number_param("alpha", 0.0, 2.0, kind=float)
         st.session_state.tr_alpha = 0.6 if a is None else a
-        st.session_state.tr_maxlen = _int_param("maxlen", 1, cfg.max_len)
+        st.session_state.tr_maxlen = ui.number_param("maxlen", 1, cfg.max_len)
     st.session_state.tr_seeded = True
     st.session_state.tr_dir = ctx.direction
 

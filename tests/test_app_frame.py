@@ -219,3 +219,13 @@ def test_overview_compares_test_scores_with_the_dictionary_baseline(tmp_path, mo
     infos = " ".join(i.value for i in at.info)
     assert "on one score only" in infos and "4.2 / chrF 23.1" in infos and "1.7 / 25.9" in infos
     assert not at.success
+
+
+def test_url_numbers_parse_whole_and_real_numbers_and_refuse_nan():
+    from aiayn.app.params import is_float, is_int, parse_number
+
+    assert parse_number("3", int) == 3 and parse_number("-2", int) == -2
+    assert parse_number("3.5", int) is None and parse_number("three", int) is None
+    assert parse_number("0.6", float) == pytest.approx(0.6) and parse_number("1e-1", float) == pytest.approx(0.1)
+    assert parse_number("nan", float) is None and not is_float("NaN")  # NaN would pass every range check otherwise
+    assert is_int("7") and not is_int("7.0") and is_float("7.0")

@@ -46,14 +46,14 @@ from .models import (
     model_card,
     warm_imports,
 )
-from .params import is_bool, is_float, is_int, warn_bad_param
+from .params import is_bool, is_float, is_int, number_param, warn_bad_param
 from .results import explain_sentence
 
 __all__ = [
     "COLORSCALE", "DEFAULT_DIRECTION", "DIRECTIONS", "DIRECTION_LABELS", "EXPORT_FORMATS", "PAGES",
     "PRESENTER_COLORSCALE", "PRESENTER_FONT_SIZE", "CheckpointInfo", "ModelUnavailable", "PageContext",
     "checkpoint_info", "checkpoint_path", "checkpoints_dir", "download_buttons", "explain_sentence", "is_bool", "is_float",
-    "is_int", "load_translator", "model_card", "nav_query_params", "page_exists", "page_link",
+    "is_int", "load_translator", "model_card", "nav_query_params", "number_param", "page_exists", "page_link",
     "plotly_config", "prepare_figure", "setup_page", "show_figure", "warm_imports",
     "warn_bad_param",
 ]

@@ -25,22 +25,38 @@ def query_param(name: str) -> str | None:
         return None
 
 
+def parse_number(raw: str, kind: type[int] | type[float] = int) -> int | float | None:
+    """``kind(raw)`` (``int`` or ``float``), or None when ``raw`` does not parse or is NaN."""
+    try:
+        value = kind(raw)
+    except ValueError:
+        return None
+    return None if value != value else value  # NaN
+
+
 def is_int(raw: str) -> bool:
     """True if a URL parameter parses as a whole number (a validator for :func:`warn_bad_param`)."""
-    try:
-        int(raw)
-        return True
-    except ValueError:
-        return False
+    return parse_number(raw, int) is not None
 
 
 def is_float(raw: str) -> bool:
-    """True if a URL parameter parses as a number (a validator for :func:`warn_bad_param`)."""
-    try:
-        float(raw)
-        return True
-    except ValueError:
-        return False
+    """True if a URL parameter parses as a number, NaN excluded (a validator for :func:`warn_bad_param`)."""
+    return parse_number(raw, float) is not None
+
+
+def number_param(name: str, lo: int | float, hi: int | float, *, kind: type[int] | type[float] = int) -> int | float | None:
+    """The URL parameter ``name`` as a number in ``[lo, hi]``, or None when absent; a value that does not parse
+    or lies outside the range is reported with ``st.warning`` (naming the parameter and the range) and gives None,
+    so the page falls back to its default."""
+    raw = query_param(name)
+    if raw is None:
+        return None
+    value = parse_number(raw, kind)
+    if value is None or not lo <= value <= hi:
+        what = "a whole number" if kind is int else "a number"
+        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: expected {what} from {lo} to {hi}.", icon="⚠️")
+        return None
+    return value
 
 
 def is_bool(raw: str) -> bool:
