@@ -14,17 +14,18 @@ loaded. ``from aiayn import Transformer`` and ``aiayn.Transformer`` work as usua
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-#: public name -> (submodule, attribute or None for the submodule itself)
-_LAZY: dict[str, tuple[str, str | None]] = {
-    "TransformerConfig": (".model.config", "TransformerConfig"),
-    "Transformer": (".model.transformer", "Transformer"),
-    "AttentionMaps": (".model.maps", "AttentionMaps"),
-    "Translator": (".translator", "Translator"),
-    "Translation": (".translator", "Translation"),
-    "interop": (".interop", None),
+from .lazy import lazy_exports
+
+#: public name -> submodule that defines it (``interop`` is the submodule itself)
+_LAZY: dict[str, str] = {
+    "TransformerConfig": ".model.config",
+    "Transformer": ".model.transformer",
+    "AttentionMaps": ".model.maps",
+    "Translator": ".translator",
+    "Translation": ".translator",
+    "interop": ".interop",
 }
 
 __all__ = ["TransformerConfig", "Transformer", "AttentionMaps", "Translator", "Translation", "interop"]
@@ -37,23 +38,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .model.transformer import Transformer
     from .translator import Translation, Translator
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name on first access and keep it in the module namespace.
-
-    Raises:
-        AttributeError: ``name`` is not a public name (submodules such as ``aiayn.data`` are then imported
-            by the regular import machinery).
-    """
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    module = importlib.import_module(module_name, __name__)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

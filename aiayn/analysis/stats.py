@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
 
 from .pieces import BOS_PIECES, EOS_PIECES
 
@@ -62,6 +61,8 @@ def head_stats(
     Raises:
         ValueError: weights not 4-D, label counts differ from the map's shape, unknown kind.
     """
+    import pandas as pd  # function-level: ~0.25 s, and aiayn.analysis is imported by the first page
+
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 4:
         raise ValueError(f"expected (L, H, Q, K) weights, got shape {w.shape}")

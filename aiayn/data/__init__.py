@@ -23,23 +23,39 @@ sequence length"): :func:`token_batches` (batches of at most ``max_tokens`` padd
 (Section 5.1) and the datasheet. The word-by-word baseline that reads ``dictionary.tsv`` is an evaluation
 tool and lives in :mod:`aiayn.evaluation.baseline`.
 
-The names below are re-exported, so ``from aiayn import data; data.parse_ding(...)`` works.
+The names below are re-exported lazily, so ``from aiayn import data; data.parse_ding(...)`` works and
+``import aiayn.data.batching`` stays light.
 """
 from __future__ import annotations
 
-from ..files import sha256_file
-from .batching import token_batches
-from .corpora import Pair, read_moses, read_tsv, write_tsv
-from .ding import (
-    DEFAULT_DING_DIR, DING_ATTRIBUTION, DING_DEBIAN_PACKAGE, DING_LICENSE, DING_SHA256, DING_VERSION, ParseReport,
-    clean_text, first_synonym, obtain_ding, parse_ding, parse_ding_line,
-)
-from .prepare import build_dictionary, cli_main, prepare_ding, prepare_pairs
-from .splits import SplitReport, is_sentence, make_splits, normalize
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Pair", "DING_SHA256", "DING_DEBIAN_PACKAGE", "DING_VERSION", "DING_LICENSE", "DING_ATTRIBUTION", "DEFAULT_DING_DIR",
-    "sha256_file", "obtain_ding", "clean_text", "first_synonym", "parse_ding_line", "parse_ding", "ParseReport",
-    "is_sentence", "normalize", "read_tsv", "write_tsv", "read_moses", "make_splits", "SplitReport",
-    "build_dictionary", "token_batches", "prepare_ding", "prepare_pairs", "cli_main",
-]
+from ..lazy import lazy_exports
+
+#: public name -> submodule that defines it (imported on first use: a translation process needs only
+#: ``batching``, not pandas or SentencePiece training)
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(["sha256_file"], "..files"),
+    **dict.fromkeys(["token_batches", "pad_ids"], ".batching"),
+    **dict.fromkeys(["Pair", "read_moses", "read_tsv", "write_tsv", "read_lines"], ".corpora"),
+    **dict.fromkeys(["DEFAULT_DING_DIR", "DING_ATTRIBUTION", "DING_DEBIAN_PACKAGE", "DING_LICENSE", "DING_SHA256",
+                     "DING_VERSION", "ParseReport", "clean_text", "first_synonym", "obtain_ding", "parse_ding",
+                     "parse_ding_line"], ".ding"),
+    **dict.fromkeys(["build_dictionary", "cli_main", "prepare_ding", "prepare_pairs"], ".prepare"),
+    **dict.fromkeys(["SplitReport", "is_sentence", "make_splits", "normalize"], ".splits"),
+}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # for type checkers and IDEs; never executed
+    from ..files import sha256_file
+    from .batching import pad_ids, token_batches
+    from .corpora import Pair, read_lines, read_moses, read_tsv, write_tsv
+    from .ding import (
+        DEFAULT_DING_DIR, DING_ATTRIBUTION, DING_DEBIAN_PACKAGE, DING_LICENSE, DING_SHA256, DING_VERSION, ParseReport,
+        clean_text, first_synonym, obtain_ding, parse_ding, parse_ding_line,
+    )
+    from .prepare import build_dictionary, cli_main, prepare_ding, prepare_pairs
+    from .splits import SplitReport, is_sentence, make_splits, normalize
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -14,24 +14,25 @@ The names below are imported lazily (PEP 562), so ``aiayn.model.config`` stays i
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 #: public name -> submodule that defines it
 _LAZY: dict[str, str] = {
-    "TransformerConfig": "config",
-    "MultiHeadAttention": "attention",
-    "scaled_dot_product_attention": "attention",
-    "PositionwiseFeedForward": "layers",
-    "EncoderLayer": "layers",
-    "DecoderLayer": "layers",
-    "Transformer": "transformer",
-    "EncoderOutput": "transformer",
-    "DecoderOutput": "transformer",
-    "DecoderCache": "transformer",
-    "causal_mask": "transformer",
-    "AttentionMaps": "maps",
-    "KINDS": "maps",
+    "TransformerConfig": ".config",
+    "MultiHeadAttention": ".attention",
+    "scaled_dot_product_attention": ".attention",
+    "PositionwiseFeedForward": ".layers",
+    "EncoderLayer": ".layers",
+    "DecoderLayer": ".layers",
+    "Transformer": ".transformer",
+    "EncoderOutput": ".transformer",
+    "DecoderOutput": ".transformer",
+    "DecoderCache": ".transformer",
+    "causal_mask": ".transformer",
+    "AttentionMaps": ".maps",
+    "KINDS": ".maps",
 }
 
 __all__ = sorted(_LAZY)
@@ -44,20 +45,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .transformer import DecoderCache, DecoderOutput, EncoderOutput, Transformer, causal_mask
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name on first access (see the module docstring).
-
-    Raises:
-        AttributeError: ``name`` is not a public name of this package.
-    """
-    try:
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
