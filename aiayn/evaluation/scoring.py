@@ -30,7 +30,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from tqdm import tqdm
 
 from ..data.corpora import read_tsv
-from ..files import sha256_file
+from ..files import atomic_write_text, sha256_file
 from .baseline import dictionary_baseline, load_lexicon
 
 __all__ = ["score", "evaluate_translator", "read_split", "cli_main"]
@@ -319,8 +319,7 @@ def cli_main(argv: list[str]) -> int:
             out["baseline_hypotheses"] = res["baseline_hypotheses"]
         path = Path(args.out).expanduser()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(out, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+            atomic_write_text(path, json.dumps(out, ensure_ascii=False, indent=2) + "\n")
         except OSError as exc:
             return fail(f"cannot write {path}: {exc}")
         print(f"\nwrote {path}")
