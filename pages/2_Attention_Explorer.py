@@ -9,43 +9,16 @@ import streamlit as st
 
 from aiayn import app as ui
 from aiayn.analysis import check_text
-from aiayn.app.explorer import ExplorerView, all_heads_tab, head_stats_tab, one_head_tab, step_tab
+from aiayn.app.explorer import (
+    ExplorerView,
+    all_heads_tab,
+    head_stats_tab,
+    one_head_tab,
+    step_tab,
+)
+from aiayn.examples import EXAMPLES
 from aiayn.model.maps import KIND_TITLES
 
-#: curated sentences per direction: (sentence, reference translation, what to look for)
-EXAMPLES: dict[str, list[tuple[str, str, str]]] = {
-    "en-de": [
-        ("I have no time.", "Ich habe keine Zeit.",
-         "Cross-attention: find the row that predicts **Zeit** and see which source piece it looks at (**time**)."),
-        ("I would like to buy a new car.", "Ich möchte ein neues Auto kaufen.",
-         "Word order: German puts **kaufen** at the end. Teacher-force the reference and follow the row "
-         "predicting *kaufen* back to **buy**: the alignment leaves the diagonal."),
-        ("The house is small.", "Das Haus ist klein.",
-         "A short, monotonic sentence: in cross-attention the brightest cells run roughly down the diagonal."),
-        ("The cat sat on the mat.", "Die Katze saß auf der Matte.",
-         "Encoder self-attention: sort the head table by **previous** or **next** to find positional heads "
-         "that look one word to the left or right."),
-        ("Good morning!", "Guten Morgen!",
-         "Sink heads: many heads park their weight on **</s>** when they have nothing to do. Sort the head "
-         "table by **eos**."),
-        ("He reads the book that she gave him.", "Er liest das Buch, das sie ihm gab.",
-         "Decoder self-attention is masked: every row attends only to pieces already written (lower triangle). "
-         "Use the step-by-step tab to watch it grow."),
-    ],
-    "de-en": [
-        ("Ich habe keine Zeit.", "I have no time.",
-         "Cross-attention: the row predicting **time** should look at **Zeit**."),
-        ("Ich möchte ein neues Auto kaufen.", "I would like to buy a new car.",
-         "Word order: *kaufen* comes last in German but **buy** comes early in English: find the row predicting "
-         "*buy* and see it reach to the end of the source."),
-        ("Das Haus ist klein.", "The house is small.",
-         "A short, monotonic sentence: cross-attention runs roughly down the diagonal."),
-        ("Der Hund schläft im Garten.", "The dog is sleeping in the garden.",
-         "Encoder: sort the head table by **previous** / **next** to find positional heads."),
-        ("Guten Morgen!", "Good morning!",
-         "Sink heads: sort the head table by **eos** to find heads parking their weight on **</s>**."),
-    ],
-}
 KINDS = ["encoder", "decoder", "cross"]
 KIND_NAMES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Encoder-decoder (cross)"}
 MODES = ["free", "forced"]
