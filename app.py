@@ -27,6 +27,12 @@ PAGE_BLURBS = {
     "and why the scaling matters.",
     "pages/6_Model_and_Training.py": "Parameters per block, the learning-rate schedule of Eq. 3, label "
     "smoothing and the training curves of the shipped models.",
+    "pages/7_Head_Ablation.py": "Switch heads off and watch the translation and every remaining map change; "
+    "which heads matter, head by head, over a sentence set (Michel et al. 2019; Voita et al. 2019).",
+    "pages/8_Attention_Rollout.py": "Raw attention beside attention rollout (Abnar and Zuidema 2020): how "
+    "information flows across layers, for the encoder, the decoder and onto the source.",
+    "pages/9_Compare_Sentences.py": "Two sentences side by side (one word changed, active vs passive): both "
+    "translations, their maps aligned, and the difference for any kind, layer and head.",
 }
 
 

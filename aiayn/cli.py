@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),
     "translate": ("aiayn.translator", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),
     "bench": ("benchmarks.__main__", "main", "speed and memory against torch.nn.Transformer"),
+    "sweep": ("aiayn.analysis.ablation", "main", "head-ablation sweep of a checkpoint into its head_sweep.json (Michel et al. 2019)"),
 }
 
 

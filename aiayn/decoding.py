@@ -14,6 +14,9 @@ With ``return_attention=True`` the attention row of each new decoder position is
 at the end, the rows of each returned hypothesis are followed back through the beam's back-pointers and
 stitched into full maps: decoder ``(L, 1, H, T, T)`` (zeros above the diagonal), cross ``(L, 1, H, T, S)``.
 They equal the maps of a teacher-forced forward pass over the same output.
+
+``head_mask`` ``(3, L, H)`` (head ablation, Michel et al. 2019; see :meth:`Transformer.forward`) is validated
+once and passed to the encoder and to every decoding step, with or without the cache.
 """
 from __future__ import annotations
 
@@ -91,16 +94,17 @@ class _AttentionTrace:
         return AttentionMaps(encoder=encoder, decoder=dec, cross=cross, src_lengths=[s_len], tgt_lengths=[T])
 
 
-def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cache: bool, capture: bool):
+def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cache: bool, capture: bool,
+          head_mask: Tensor | None = None):
     """Log-probabilities of the next token for every row, ``(N, V)``, plus updated cache and attention."""
     if use_cache:
-        out = model.decode(tokens[:, -1:], enc, need_weights=capture, cache=cache)
+        out = model.decode(tokens[:, -1:], enc, need_weights=capture, cache=cache, head_mask=head_mask)
     else:
-        out = model.decode(tokens, enc, need_weights=capture)
+        out = model.decode(tokens, enc, need_weights=capture, head_mask=head_mask)
     logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
     # Never predict padding or BOS (not renormalised: scores stay the model's own log-probabilities).
     logp[:, model.cfg.pad_id] = float("-inf")
-    logp[:, model.cfg.bos_id] = float("-inf")
+    logp[:, model.cfg.decoder_start_id] = float("-inf")  # the start token: BOS (ours), pad (Opus-MT)
     return logp, out
 
 
@@ -114,6 +118,7 @@ def greedy_decode(
     length_penalty_alpha: float = 0.6,
     use_cache: bool = True,
     return_attention: bool = False,
+    head_mask: Tensor | None = None,
 ) -> list[Hypothesis]:
     """Batched greedy decoding: at each step the most probable next token, until EOS or the max length.
 
@@ -124,15 +129,21 @@ def greedy_decode(
         length_penalty_alpha: only used to report ``score`` comparably with beam search.
         use_cache: incremental decoding with the key/value cache.
         return_attention: stitch each output's attention maps (B=1 each).
+        head_mask: ``(3, L, H)`` head mask (encoder, decoder self, cross; 1 keeps a head, 0 removes its
+            output, a float scales it), or None; see :meth:`Transformer.forward`.
 
     Returns:
         one :class:`Hypothesis` per sentence.
+
+    Raises:
+        ValueError: a bad ``head_mask``.
     """
     cfg = model.cfg
     B = src.size(0)
-    enc = model.encode(src, need_weights=return_attention)
+    head_mask = model.check_head_mask(head_mask)
+    enc = model.encode(src, need_weights=return_attention, head_mask=head_mask)
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
-    tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    tokens = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device)
     cache = model.init_cache(enc) if use_cache else None
     trace = _AttentionTrace() if return_attention else None
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
@@ -141,7 +152,7 @@ def greedy_decode(
     end_step = [0] * B
     finished = [False] * B
     for t in range(max(limits)):
-        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention)
+        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
         cache = out.cache
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
@@ -184,6 +195,7 @@ def beam_search(
     n_best: int = 1,
     use_cache: bool = True,
     return_attention: bool = False,
+    head_mask: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Section 6.1), best first.
 
@@ -196,12 +208,14 @@ def beam_search(
         n_best: how many hypotheses to return per sentence (<= beam_size).
         use_cache: incremental decoding with the key/value cache (same results, faster).
         return_attention: stitch each returned hypothesis' attention maps.
+        head_mask: ``(3, L, H)`` head mask (encoder, decoder self, cross; 1 keeps a head, 0 removes its
+            output, a float scales it), or None; see :meth:`Transformer.forward`.
 
     Returns:
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
 
     Raises:
-        ValueError: ``beam_size < 1`` or ``n_best`` outside ``[1, beam_size]``.
+        ValueError: ``beam_size < 1``, ``n_best`` outside ``[1, beam_size]`` or a bad ``head_mask``.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -210,12 +224,13 @@ def beam_search(
     cfg = model.cfg
     B, K = src.size(0), beam_size
     device = src.device
-    enc0 = model.encode(src, need_weights=return_attention)
+    head_mask = model.check_head_mask(head_mask)
+    enc0 = model.encode(src, need_weights=return_attention, head_mask=head_mask)
     expand = torch.arange(B, device=device).repeat_interleave(K)
     enc = enc0.index_select(expand)
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
     N = B * K
-    tokens = torch.full((N, 1), cfg.bos_id, dtype=torch.long, device=device)
+    tokens = torch.full((N, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
     scores[:, 0] = 0.0  # all K rows start identical: expand only the first
     cache = model.init_cache(enc) if use_cache else None
@@ -225,7 +240,7 @@ def beam_search(
     done = [False] * B
     history: list[list[int]] = [[] for _ in range(N)]
     for t in range(max(limits)):
-        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention)
+        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
         V = logp.size(-1)

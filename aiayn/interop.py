@@ -1,4 +1,7 @@
-"""Interoperability with PyTorch's own ``torch.nn.Transformer``.
+"""Interoperability with PyTorch's own ``torch.nn.Transformer`` and with Hugging Face Marian (Opus-MT) models.
+
+:func:`from_marian` and :class:`MarianTokenizerAdapter` live in :mod:`aiayn.interop_marian` and are
+re-exported here (``aiayn.interop.from_marian``).
 
 :func:`to_torch_transformer` builds a module on ``torch.nn.Transformer`` carrying a copy of an
 :class:`aiayn.Transformer`'s weights, so the two can be compared (tests) and raced (benchmarks). Weight
@@ -18,9 +21,13 @@ import warnings
 import torch
 from torch import Tensor, nn
 
+from .interop_marian import MarianTokenizerAdapter, from_marian
 from .model.attention import MultiHeadAttention
+from .model.layers import ACTIVATIONS
 from .model.positional import sinusoidal_encoding
 from .model.transformer import Transformer
+
+__all__ = ["MarianTokenizerAdapter", "TorchTransformerReference", "from_marian", "to_torch_transformer"]
 
 
 def _copy_mha(dst: nn.MultiheadAttention, src: MultiHeadAttention) -> None:
@@ -57,7 +64,7 @@ class TorchTransformerReference(nn.Module):
                 num_decoder_layers=cfg.n_layers,
                 dim_feedforward=cfg.d_ff,
                 dropout=cfg.dropout,
-                activation="relu",
+                activation="relu" if cfg.activation == "relu" else ACTIVATIONS[cfg.activation],
                 layer_norm_eps=cfg.layer_norm_eps,
                 batch_first=True,
                 norm_first=cfg.norm_first,
@@ -71,11 +78,13 @@ class TorchTransformerReference(nn.Module):
         if cfg.share_embeddings:
             self.generator.weight = self.src_embedding.weight
         if cfg.positional == "sinusoidal":
-            self.register_buffer("src_pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
+            self.register_buffer("src_pe", sinusoidal_encoding(cfg.max_len, cfg.d_model, layout=cfg.positional_layout), persistent=False)
             self.tgt_pe = None
         else:
             self.src_pe_learned = nn.Parameter(torch.zeros(cfg.max_len, cfg.d_model))
             self.tgt_pe_learned = nn.Parameter(torch.zeros(cfg.max_len, cfg.d_model))
+        if cfg.final_logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         if model is not None:
             self._copy(model)
 
@@ -91,6 +100,8 @@ class TorchTransformerReference(nn.Module):
             if cfg.positional == "learned":
                 self.src_pe_learned.copy_(model.src_positions.weight)
                 self.tgt_pe_learned.copy_(model.tgt_positions.weight)
+            if cfg.final_logits_bias:
+                self.final_logits_bias.copy_(model.final_logits_bias)
         for ours, theirs in zip(model.encoder_layers, self.transformer.encoder.layers):
             _copy_mha(theirs.self_attn, ours.self_attn)
             with torch.no_grad():
@@ -124,15 +135,19 @@ class TorchTransformerReference(nn.Module):
         pad = self.cfg.pad_id
         t = tgt.size(1)
         causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=tgt.device), diagonal=1)  # True = masked
+        tgt_pad = tgt == pad
+        if self.cfg.decoder_start == "pad":  # Opus-MT starts the decoder from <pad>: that position is real
+            tgt_pad[:, 0] = False
         out = self.transformer(
             self._embed(src, "src"),
             self._embed(tgt, "tgt"),
             tgt_mask=causal,
             src_key_padding_mask=src == pad,
-            tgt_key_padding_mask=tgt == pad,
+            tgt_key_padding_mask=tgt_pad,
             memory_key_padding_mask=src == pad,
         )
-        return self.generator(out)
+        logits = self.generator(out)
+        return logits + self.final_logits_bias if self.cfg.final_logits_bias else logits
 
 
 def to_torch_transformer(model: Transformer) -> TorchTransformerReference:

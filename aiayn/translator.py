@@ -211,6 +211,7 @@ class Translator:
         n_best: int = 1,
         use_cache: bool = True,
         return_attention: bool = True,
+        head_mask: Any = None,
     ) -> list[Translation]:
         """Translate several texts in one batch (beam search, Section 6.1; ``beam_size=1`` is greedy).
 
@@ -222,9 +223,14 @@ class Translator:
             n_best: hypotheses listed in ``Translation.nbest``.
             use_cache: key/value cache (identical output, faster).
             return_attention: stitch the attention maps of each output (``Translation.attention``).
+            head_mask: head ablation (Michel et al. 2019): ``(3, n_layers, n_heads)``, index 0 encoder
+                self-attention, 1 decoder self-attention, 2 cross-attention; bool or float tensor, list, tuple
+                or numpy array; 1/True keeps a head, 0/False removes its output (before ``W^O``), a float scales
+                it. The maps of a removed head are still computed. None (default) and all ones give the same.
 
         Raises:
-            ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings.
+            ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings, a
+                ``head_mask`` of the wrong shape or dtype.
         """
         if isinstance(texts, str):
             raise ValueError("translate_batch takes a list of texts; use translate() for one text")
@@ -234,6 +240,7 @@ class Translator:
             raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
             raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+        head_mask = self.model.check_head_mask(head_mask)
         t0 = time.perf_counter()
         encoded = []
         for i, text in enumerate(texts):
@@ -253,6 +260,7 @@ class Translator:
                 n_best=n_best,
                 use_cache=use_cache,
                 return_attention=return_attention,
+                head_mask=head_mask,
             )
         elapsed = (time.perf_counter() - t0) * 1000.0
         return [self._make(e, hyps, elapsed) for e, hyps in zip(encoded, results)]
@@ -266,7 +274,7 @@ class Translator:
         best = hyps[0]
         src_tokens = self.pieces(src_ids)
         output_tokens = self.pieces(best.tokens)
-        decoder_input_tokens = [self.tokenizer.id_to_piece(self.cfg.bos_id)] + output_tokens[:-1]
+        decoder_input_tokens = [self.tokenizer.id_to_piece(self.cfg.decoder_start_id)] + output_tokens[:-1]
         text = self.tokenizer.decode(best.tokens)
         att = best.attention
         if att is not None:
@@ -290,8 +298,11 @@ class Translator:
             elapsed_ms=elapsed,
         )
 
-    def force(self, text: str, reference: str, *, return_scores: bool = False) -> tuple[Translation, torch.Tensor]:
+    def force(self, text: str, reference: str, *, return_scores: bool = False,
+              head_mask: Any = None) -> tuple[Translation, torch.Tensor]:
         """Teacher-forced pass: feed ``reference`` (a translation the user typed) to the decoder.
+
+        ``head_mask``: ``(3, n_layers, n_heads)`` head ablation mask, as in :meth:`translate_batch`.
 
         Returns:
             ``(Translation, probs)``: the translation's ``output_tokens`` are the reference's pieces (+ ``</s>``),
@@ -300,15 +311,17 @@ class Translator:
             next-token probabilities at each position.
 
         Raises:
-            ValueError: empty source or reference.
+            ValueError: empty source or reference, a bad ``head_mask``.
         """
+        head_mask = self.model.check_head_mask(head_mask)
         t0 = time.perf_counter()
         src_ids, truncated, cleaned = self.encode_source(text)
         ref_clean = clean_text(reference)
         ref_ids = self.tokenizer.encode(ref_clean)[: self.cfg.max_len - 2] + [self.cfg.eos_id]
-        decoder_input_ids = [self.cfg.bos_id] + ref_ids[:-1]
+        decoder_input_ids = [self.cfg.decoder_start_id] + ref_ids[:-1]
         with torch.inference_mode(), self._autocast():
-            logits, maps = self.model(self._batch([src_ids]), self._batch([decoder_input_ids]), return_attention=True, return_scores=return_scores)
+            logits, maps = self.model(self._batch([src_ids]), self._batch([decoder_input_ids]), return_attention=True, return_scores=return_scores,
+                                     head_mask=head_mask)
         maps = maps.cpu()
         probs = torch.softmax(logits[0].float(), dim=-1).cpu()
         logp = torch.log(probs.gather(1, torch.tensor(ref_ids)[:, None]).clamp_min(1e-30)).sum().item()

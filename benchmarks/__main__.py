@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from . import app, capture, decode, memory, training
+    from . import ablation, app, capture, decode, memory, training
     from .common import Context, set_threads, shipped_checkpoint
     from .machine import machine_info
     from .report import Row, build_result, na, table, targets_table, write_json
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx.compile = not args.no_compile  # type: ignore[attr-defined]
     machine = machine_info([sys.executable, "-m", "benchmarks", *argv])
     machine["torch_threads"] = torch.get_num_threads()
-    runners = {"train": training.run, "capture": capture.run, "decode": decode.run, "memory": memory.run, "app": app.run}
+    runners = {"train": training.run, "capture": capture.run, "decode": decode.run, "memory": memory.run, "app": app.run,
+               "ablation": ablation.run}
     rows: list[Row] = []
     t_start = time.perf_counter()
     for group in args.only:

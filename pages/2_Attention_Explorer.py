@@ -16,6 +16,7 @@ from aiayn.app.explorer import (
     one_head_tab,
     step_tab,
 )
+from aiayn.app.history import history_tab
 from aiayn.examples import EXAMPLES
 from aiayn.model.maps import KIND_TITLES
 
@@ -103,7 +104,7 @@ st.markdown(f"**{label}:** {result.text or '∅'}  \n<small>source pieces: {len(
             unsafe_allow_html=True)
 
 # -- the view: a fragment, so a change of kind / layer / head / tab options reruns only this part ----------------
-TABS = ("🔎 One head", "🧩 All heads", "⏯ Step by step", "📊 Head statistics")
+TABS = ("🔎 One head", "🧩 All heads", "⏯ Step by step", "📊 Head statistics", "📈 Across training")
 
 
 def _track_tab() -> None:
@@ -112,12 +113,12 @@ def _track_tab() -> None:
 
 @st.fragment
 def view(result) -> None:
-    """Controls (kind, layer, head, words, specials, values; all in the URL), the four tabs
+    """Controls (kind, layer, head, words, specials, values; all in the URL), the five tabs
     (:mod:`aiayn.app.explorer`) and the downloads for one sentence: ``result`` is the
     :class:`~aiayn.translator.Translation` of :func:`aiayn.app.explain_sentence`."""
     # Widgets of a tab that is not drawn in a run would lose their value (Streamlit drops the state of
     # widgets not seen in a run): re-store it, so the step and the mapped statistic survive a tab change.
-    for key in ("step", "stat_metric"):
+    for key in ("step", "stat_metric", "tsent", "tstep"):
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
     layer_opts = [str(i) for i in range(1, L + 1)]
@@ -151,10 +152,10 @@ def view(result) -> None:
                      hide_special=hide, values=values)
     stack, q_lab, k_lab = v.stack()
 
-    # All four tabs are drawn on a page's first run, so browsing them is instant. Once a tab has been
+    # All five tabs are drawn on a page's first run, so browsing them is instant. Once a tab has been
     # clicked, the open tab is tracked and only it is drawn: a change of head, layer or option then
-    # re-renders one tab, not four (the others are drawn when opened: a rerun of this fragment).
-    tab_head, tab_all, tab_step, tab_stats = st.tabs(list(TABS), key="tab", on_change=_track_tab)
+    # re-renders one tab, not five (the others are drawn when opened: a rerun of this fragment).
+    tab_head, tab_all, tab_step, tab_stats, tab_hist = st.tabs(list(TABS), key="tab", on_change=_track_tab)
     only_open = bool(st.session_state.get("tab_tracked"))
 
     def _render(tab) -> bool:
@@ -172,6 +173,9 @@ def view(result) -> None:
     with tab_stats:
         if _render(tab_stats):
             head_stats_tab(v)
+    with tab_hist:  # the curated sentences' maps at each saved training state (the checkpoint's own history)
+        if _render(tab_hist):
+            history_tab(v)
 
     st.markdown("##### Download the maps")
     st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "

@@ -30,7 +30,7 @@ def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr) -> 
     else:
         tgt_ids = list(_tr.translate(text, beam_size=4, return_attention=False).output_ids)
         mode = "the model's translation (beam 4)"
-    dec_in = [cfg.bos_id] + tgt_ids[:-1]
+    dec_in = [cfg.decoder_start_id] + tgt_ids[:-1]
     return {"src_ids": src_ids, "src_pieces": _tr.pieces(src_ids), "dec_in": dec_in, "dec_in_pieces": _tr.pieces(dec_in),
             "target": tgt_ids, "target_pieces": _tr.pieces(tgt_ids), "mode": mode}
 

@@ -10,6 +10,10 @@ Modules, by job:
   :class:`~aiayn.model.maps.AttentionMaps`, with ``"i:fed→predicted"`` query labels;
 * :mod:`~aiayn.analysis.explain`: one sentence run through the model (free-running or teacher-forced)
   into a :class:`~aiayn.translator.Translation` with maps and top-k next pieces;
+* :mod:`~aiayn.analysis.flow`: attention rollout across layers (Abnar and Zuidema 2020), :func:`rollout`;
+* :mod:`~aiayn.analysis.compare`: two sentences' maps aligned (by position or pieces) and their difference;
+* :mod:`~aiayn.analysis.ablation`: head ablation (Michel et al. 2019): head masks, maps with heads removed and
+  the per-head sweep (:func:`~aiayn.analysis.ablation.head_sweep`), cached beside each checkpoint;
 * :mod:`~aiayn.analysis.text`: input hygiene for typed text.
 
 Conventions: a map of one head is ``(Q, K)``, rows are queries and columns keys, each row summing to 1
@@ -20,7 +24,9 @@ Entropies are in **bits**. Layers and heads count from 0 in arrays and from 1 in
 """
 from __future__ import annotations
 
+from .compare import ALIGN_BY, COMPARE_KINDS, AlignedMaps, align_maps
 from .explain import explain, forced_probs
+from .flow import ROLLOUT_KINDS, rollout, rollout_dict, rollout_frame
 from .pieces import (
     BOS_PIECES, EOS_PIECES, SPECIAL_PIECES, WORD_START, is_special, join_pieces, merge_words, unique_labels,
     word_groups,
@@ -33,4 +39,6 @@ __all__ = [
     "BOS_PIECES", "EOS_PIECES", "MAX_CHARS", "SPECIAL_PIECES", "WORD_START", "check_text", "entropy", "explain",
     "forced_probs", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
     "query_labels", "top_k", "unique_labels", "view_stack", "word_groups",
+    "ROLLOUT_KINDS", "rollout", "rollout_dict", "rollout_frame",
+    "ALIGN_BY", "COMPARE_KINDS", "AlignedMaps", "align_maps",
 ]

@@ -6,6 +6,7 @@ Section 3.2.3 (encoder self-attention, masked decoder self-attention, encoder-de
 renderer takes an :class:`ExplorerView` (the sentence's :class:`~aiayn.translator.Translation` and the
 controls) and draws into the current Streamlit container; the page keeps the controls, the URL and the
 tabs. It imports torch (through :mod:`aiayn.model.maps`): only the explorer page, which needs the model, uses it.
+The fifth tab, attention across training (the checkpoint's recorded history), lives in :mod:`aiayn.app.history`.
 """
 from __future__ import annotations
 

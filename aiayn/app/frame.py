@@ -39,9 +39,15 @@ PAGES: list[tuple[str, str, str]] = [
     ("pages/4_Masking.py", "Masking", "🎭"),
     ("pages/5_Scaled_Dot_Product.py", "Scaled dot-product", "✖️"),
     ("pages/6_Model_and_Training.py", "Model and training", "📈"),
+    ("pages/7_Head_Ablation.py", "Head ablation", ":material/block:"),
+    ("pages/8_Attention_Rollout.py", "Attention rollout", ":material/account_tree:"),
+    ("pages/9_Compare_Sentences.py", "Compare sentences", ":material/compare_arrows:"),
 ]
 #: the repository root (page paths in :data:`PAGES` are relative to it)
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: the favicon of pages whose icon is a Material icon (see :func:`setup_page`)
+FAVICON = REPO_ROOT / "assets" / "favicon.png"
 
 #: heatmap colour scales: perceptually uniform and colour-blind-safe in both modes.
 COLORSCALE = "Viridis"
@@ -136,7 +142,11 @@ def setup_page(title: str, icon: str = "🤖", *, intro: str | None = None) -> P
         the :class:`PageContext`.
     """
     try:
-        st.set_page_config(page_title=f"{title} · aiayn", page_icon=icon, layout="wide", initial_sidebar_state="expanded")
+        # A Material icon as page_icon makes the browser fetch its favicon from Google's font CDN; the app is
+        # offline, so those pages use the shipped favicon instead (the icon still shows in the title).
+        page_icon = str(FAVICON) if icon.startswith(":material/") and FAVICON.is_file() else icon
+        st.set_page_config(page_title=f"{title} · aiayn", page_icon=page_icon, layout="wide",
+                           initial_sidebar_state="expanded")
     except Exception:  # noqa: BLE001 - set_page_config called twice (a page that also sets it)
         pass
 

@@ -3,14 +3,17 @@
 The job of this module is caching the model's work for the app: :func:`explain_sentence` runs
 :func:`aiayn.analysis.explain` (beam search, Section 6.1, or a teacher-forced pass) for the translator of a
 direction and keeps the :class:`~aiayn.translator.Translation` in ``st.cache_data``, keyed by (direction,
-checkpoint path, checkpoint stamp, text, options), so a rerun, another page or another session showing the
-same sentence does not run the model again, and a re-exported checkpoint is not served stale results.
+checkpoint path, checkpoint stamp, text, options, head mask), so a rerun, another page or another session
+showing the same sentence does not run the model again, and a re-exported checkpoint is not served stale results.
+A head mask (head ablation) enters the key as a tuple of tuples of floats; an all-ones mask is keyed as None
+(the results are bit-identical).
 Importing this module does not import torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import streamlit as st
 
 from ..analysis import explain
@@ -22,15 +25,42 @@ if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
 
 @st.cache_data(max_entries=128, show_spinner="Running the model…")
 def _explained(direction: str, ckpt: str, stamp: str, text: str, reference: str | None,  # noqa: ARG001
-               beam_size: int, length_penalty: float, max_len: int | None, n_best: int) -> "Translation":
+               beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
+               head_mask: tuple | None = None) -> "Translation":
     """:func:`aiayn.analysis.explain` for the translator of ``direction``; ``ckpt`` and ``stamp`` are part of
-    the cache key only."""
+    the cache key only; ``head_mask`` is the hashable :func:`head_mask_key`."""
     return explain(load_translator(direction), text, reference=reference, beam_size=beam_size,
-                   length_penalty=length_penalty, max_len=max_len, n_best=n_best)
+                   length_penalty=length_penalty, max_len=max_len, n_best=n_best,
+                   head_mask=None if head_mask is None else np.asarray(head_mask, dtype=np.float32))
+
+
+def head_mask_key(head_mask: Any) -> tuple | None:
+    """A head mask ``(3, L, H)`` (tensor, numpy array, nested lists / tuples) as a hashable tuple of tuples of
+    tuples of floats for the cache key; None, or a mask of all ones (bit-identical results), gives None.
+
+    Raises:
+        ValueError: the mask is not a 3-dimensional array of finite numbers / booleans.
+    """
+    if head_mask is None:
+        return None
+    if hasattr(head_mask, "detach"):  # a torch tensor (not imported here: this module stays torch-free)
+        head_mask = head_mask.detach().cpu().float().numpy()
+    try:
+        arr = np.asarray(head_mask, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"head_mask must be numbers or booleans of shape (3, n_layers, n_heads): {exc}") from None
+    if arr.ndim != 3 or arr.shape[0] != 3:
+        raise ValueError(f"head_mask must have shape (3, n_layers, n_heads), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("head_mask holds NaN or infinite values")
+    if (arr == 1.0).all():
+        return None
+    return tuple(tuple(tuple(float(v) for v in row) for row in kind) for kind in arr)
 
 
 def explain_sentence(direction: str, text: str, *, reference: str | None = None, beam_size: int = 4,
-                     length_penalty: float = 0.6, max_len: int | None = None, n_best: int = 4) -> "Translation":
+                     length_penalty: float = 0.6, max_len: int | None = None, n_best: int = 4,
+                     head_mask: Any = None) -> "Translation":
     """:func:`aiayn.analysis.explain` of ``text`` with the model of ``direction``, cached per (checkpoint,
     stamp, sentence, options).
 
@@ -40,6 +70,8 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
         reference: a cleaned reference to teacher-force, or None for the model's own output.
         beam_size, length_penalty, max_len, n_best: beam search settings (Section 6.1: beam size 4,
             length penalty alpha 0.6, source length + 50).
+        head_mask: head ablation mask ``(3, n_layers, n_heads)`` (encoder, decoder self, cross; 1 keeps a
+            head, 0 removes its output, a float scales it), tensor / numpy array / nested lists, or None.
 
     Returns:
         the :class:`~aiayn.translator.Translation` with ``attention`` (B=1, on the CPU), ``mode``,
@@ -47,8 +79,9 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
 
     Raises:
         ModelUnavailable: the checkpoint cannot be loaded.
-        ValueError: empty text or reference, bad decoding options, unknown direction.
+        ValueError: empty text or reference, bad decoding options, unknown direction, a bad ``head_mask``.
     """
     path = checkpoint_path(direction)
     return _explained(direction, str(path), checkpoint_stamp(path), text, reference, int(beam_size),
-                      float(length_penalty), None if max_len is None else int(max_len), int(n_best))
+                      float(length_penalty), None if max_len is None else int(max_len), int(n_best),
+                      head_mask_key(head_mask))

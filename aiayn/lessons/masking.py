@@ -217,11 +217,11 @@ def greedy_with_self_mask(model: Transformer, src_ids: Sequence[int], *, causal:
     out: list[int] = []
     with torch.inference_mode():
         enc = model.encode(src)
-        tokens = [cfg.bos_id]
+        tokens = [cfg.decoder_start_id]
         for _ in range(limit):
             tgt = torch.tensor([tokens], dtype=torch.long, device=model.device)
             logits = decode_with_self_mask(model, tgt, enc, causal=causal).logits[0, -1].float().clone()
-            logits[[cfg.pad_id, cfg.bos_id]] = float("-inf")  # as aiayn.decoding: never predict pad or BOS
+            logits[[cfg.pad_id, cfg.decoder_start_id]] = float("-inf")  # as aiayn.decoding: never predict pad or the start token
             nxt = int(logits.argmax())
             out.append(nxt)
             if nxt == cfg.eos_id:

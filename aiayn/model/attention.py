@@ -12,13 +12,21 @@ Two paths give the same outputs:
 * the **capture path**, an explicit ``softmax(QK^T / sqrt(d_k))`` that also returns the per-head weights
   (post-softmax, pre-dropout) and, on request, the scaled pre-softmax scores.
 
+Head masks (head ablation, Michel et al. 2019): :meth:`MultiHeadAttention.forward` takes an optional
+``head_mask`` ``(H,)`` that multiplies each head's output ``softmax(QK^T / sqrt(d_k)) V`` before the heads are
+concatenated and projected by ``W^O`` (1 keeps a head, 0 removes it, a float scales it), on both paths. The
+weights of a removed head are still computed and returned (what the head *would* attend to); only its output
+is removed. :func:`check_head_mask` validates the ``(3, L, H)`` mask of a whole model.
+
 Nothing is stored on a module: weights are returned as values, so one model can serve many threads.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -91,6 +99,45 @@ def scaled_dot_product_attention(
     return AttentionOutput(out, weights, scores if need_scores else None)
 
 
+#: the three uses of attention in a head mask ``(3, L, H)``, in index order (Section 3.2.3)
+HEAD_MASK_KINDS = ("encoder", "decoder", "cross")
+
+
+def check_head_mask(head_mask: Any, n_layers: int, n_heads: int, *, device: torch.device | str | None = None) -> Tensor:
+    """Validate a whole model's head mask and return it as a tensor.
+
+    Args:
+        head_mask: ``(3, n_layers, n_heads)``: index 0 encoder self-attention, 1 decoder self-attention,
+            2 encoder-decoder (cross) attention (:data:`HEAD_MASK_KINDS`); a bool or floating tensor, or a
+            list / tuple / numpy array (converted: bool stays bool, numbers become float32). 1/True keeps a
+            head, 0/False removes its output, a float scales it.
+        n_layers, n_heads: the model's ``N`` and ``h``.
+        device: move the mask there (default: leave it where it is).
+
+    Returns:
+        the mask, ``(3, n_layers, n_heads)``, bool or floating, on ``device``.
+
+    Raises:
+        ValueError: wrong shape, a dtype other than bool / floating (integer tensors included), values that
+            do not convert, or non-finite values (checked on the CPU only, to avoid a device sync).
+    """
+    if not isinstance(head_mask, Tensor):
+        try:
+            arr = np.asarray(head_mask)
+            head_mask = torch.from_numpy(arr.copy()) if arr.dtype == np.bool_ else torch.as_tensor(arr.astype(np.float32))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"head_mask must be numbers or booleans of shape (3, {n_layers}, {n_heads}): {exc}") from None
+    want = (3, n_layers, n_heads)
+    if tuple(head_mask.shape) != want:
+        raise ValueError(f"head_mask must have shape (3, n_layers, n_heads) = {want} (encoder, decoder, cross), "
+                         f"got {tuple(head_mask.shape)}")
+    if head_mask.dtype != torch.bool and not head_mask.is_floating_point():
+        raise ValueError(f"head_mask must be a bool or floating tensor (1/True keeps a head), got {head_mask.dtype}")
+    if head_mask.device.type == "cpu" and head_mask.is_floating_point() and not bool(torch.isfinite(head_mask).all()):
+        raise ValueError("head_mask holds NaN or infinite values")
+    return head_mask if device is None else head_mask.to(device)
+
+
 @dataclass
 class KVCache:
     """Keys and values of one attention sub-layer, kept between decoding steps (incremental decoding).
@@ -146,6 +193,7 @@ class MultiHeadAttention(nn.Module):
         need_scores: bool = False,
         cache: KVCache | None = None,
         static_kv: bool = False,
+        head_mask: Tensor | None = None,
     ) -> tuple[AttentionOutput, KVCache | None]:
         """Multi-head attention of ``query`` over ``key_value``.
 
@@ -158,11 +206,24 @@ class MultiHeadAttention(nn.Module):
                 new keys/values of ``query`` are appended; with ``static_kv=True`` (cross-attention) the
                 cache *is* the keys/values and ``key_value`` is ignored.
             static_kv: see ``cache``.
+            head_mask: ``(H,)`` bool or float: each head's output ``softmax(QK^T / sqrt(d_k)) V``
+                ``(B, H, T, d_v)`` is multiplied by its entry before the concatenation and ``W^O`` (1/True
+                keeps the head, 0/False removes it, a float scales it; Michel et al. 2019). The returned
+                weights are unchanged (a removed head's weights are still computed). None: no extra op.
 
         Returns:
             ``(AttentionOutput with output (B, T, d_model) and weights (B, H, T, S_total), new cache)``;
             the new cache is None when no cache was given and ``static_kv`` is False.
+
+        Raises:
+            ValueError: ``head_mask`` is not a bool / floating tensor of shape ``(H,)``.
         """
+        if head_mask is not None and (
+            not isinstance(head_mask, Tensor) or tuple(head_mask.shape) != (self.n_heads,)
+            or not (head_mask.dtype == torch.bool or head_mask.is_floating_point())
+        ):
+            raise ValueError(f"head_mask must be a bool or float tensor of shape ({self.n_heads},), "
+                             f"got {getattr(head_mask, 'shape', type(head_mask).__name__)}")
         q = self._split(self.w_q(query))
         new_cache: KVCache | None
         if static_kv:
@@ -184,6 +245,9 @@ class MultiHeadAttention(nn.Module):
             need_weights=need_weights,
             need_scores=need_scores,
         )
-        b, h, t, d = res.output.shape
-        res.output = self.w_o(res.output.transpose(1, 2).reshape(b, t, h * d))
+        heads = res.output
+        if head_mask is not None:  # (B, H, T, d_v) * (1, H, 1, 1): same on the fast and the capture path
+            heads = heads * head_mask.to(device=heads.device, dtype=heads.dtype)[None, :, None, None]
+        b, h, t, d = heads.shape
+        res.output = self.w_o(heads.transpose(1, 2).reshape(b, t, h * d))
         return res, new_cache

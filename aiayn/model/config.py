@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _POSITIONAL = ("sinusoidal", "learned")
+#: the sinusoidal table's layouts (aiayn.model.positional.LAYOUTS, repeated here to keep this module torch-free)
+_POSITIONAL_LAYOUTS = ("interleaved", "concatenated")
+#: FFN activations: "relu" (Eq. 2), "gelu" (exact, erf), "swish" (x * sigmoid(x), a.k.a. SiLU; Opus-MT)
+_ACTIVATIONS = ("relu", "gelu", "swish")
+#: the token fed first to the decoder: "bos" (ours) or "pad" (Marian / Opus-MT)
+_DECODER_STARTS = ("bos", "pad")
 
 #: Table 3 of the paper. "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1;
 #: "big": d_model=1024, d_ff=4096, h=16, P_drop=0.3. "tiny" is ours, for tests and demos.
@@ -39,9 +45,19 @@ class TransformerConfig:
     map (Section 3.4; needs the joint vocabulary of Section 5.1). ``max_len`` is the longest sequence
     (in pieces, BOS/EOS included) the model accepts; longer input is truncated by the Translator.
 
+    Four fields exist for models converted from elsewhere (:func:`aiayn.interop.from_marian`); their defaults
+    are the paper's, so every checkpoint written before they existed loads unchanged:
+    ``activation`` of the FFN (``"relu"``, Eq. 2; ``"gelu"``; ``"swish"``, Opus-MT's);
+    ``positional_layout`` of the sinusoidal table (``"interleaved"``, the paper; ``"concatenated"``, all sines
+    then all cosines: tensor2tensor and Marian; ignored for learned positions); ``final_logits_bias`` (a
+    per-piece bias ``(V,)`` added to the logits, a buffer: Marian's ``final_logits_bias``); ``decoder_start``,
+    the token fed first to the decoder (``"bos"``; ``"pad"`` for Opus-MT, whose decoder starts from
+    ``<pad>``): see :attr:`decoder_start_id`.
+
     Raises:
         ValueError: on inconsistent values (``d_model`` not divisible by ``n_heads``, ids outside the
-            vocabulary, unknown ``positional``, negative sizes, dropout outside [0, 1)).
+            vocabulary, unknown ``positional`` / ``positional_layout`` / ``activation`` / ``decoder_start``,
+            negative sizes, dropout outside [0, 1)).
     """
 
     vocab_size: int = 37000
@@ -59,6 +75,10 @@ class TransformerConfig:
     share_embeddings: bool = True
     layer_norm_eps: float = 1e-6
     max_len: int = 256
+    activation: str = "relu"
+    positional_layout: str = "interleaved"
+    final_logits_bias: bool = False
+    decoder_start: str = "bos"
     preset_name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +104,22 @@ class TransformerConfig:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        for name, allowed in (
+            ("activation", _ACTIVATIONS),
+            ("positional_layout", _POSITIONAL_LAYOUTS),
+            ("decoder_start", _DECODER_STARTS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not isinstance(self.final_logits_bias, bool):
+            raise ValueError(f"final_logits_bias must be a bool, got {self.final_logits_bias!r}")
+
+    @property
+    def decoder_start_id(self) -> int:
+        """Id fed first to the decoder (the ``<s>`` of ``decoder_input_tokens``): ``bos_id`` by default,
+        ``pad_id`` with ``decoder_start="pad"`` (Opus-MT). Decoding never predicts it, and the decoder never
+        masks it as padding."""
+        return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
     @property
     def d_k(self) -> int:

@@ -13,16 +13,27 @@ from .attention import AttentionOutput, KVCache, MultiHeadAttention
 from .config import TransformerConfig
 
 
-class PositionwiseFeedForward(nn.Module):
-    """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (Equation 2, Section 3.3); ``(B, T, D) -> (B, T, D)``."""
+#: FFN activations by ``TransformerConfig.activation`` ("relu" is Eq. 2; the others serve converted models)
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int) -> None:
+
+class PositionwiseFeedForward(nn.Module):
+    """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (Equation 2, Section 3.3); ``(B, T, D) -> (B, T, D)``.
+
+    ``activation`` replaces ``max(0, .)``: ``"relu"`` (the paper, default), ``"gelu"`` (exact, erf form) or
+    ``"swish"`` (``x * sigmoid(x)``, Opus-MT's). Raises ValueError for any other name.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu") -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        self.activation = ACTIVATIONS[activation]
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(F.relu(self.w_1(x)))
+        return self.w_2(self.activation(self.w_1(x)))
 
 
 class EncoderLayer(nn.Module):
@@ -35,17 +46,19 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm_first = cfg.norm_first
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, need_weights: bool = False, need_scores: bool = False
+        self, x: Tensor, mask: Tensor | None, need_weights: bool = False, need_scores: bool = False,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, AttentionOutput]:
-        """``x`` ``(B, S, D)``, ``mask`` ``(B, 1, 1, S)`` -> ``(x', attention of this layer)``."""
+        """``x`` ``(B, S, D)``, ``mask`` ``(B, 1, 1, S)`` -> ``(x', attention of this layer)``; ``head_mask``
+        ``(H,)`` scales each self-attention head's output (see :class:`MultiHeadAttention`)."""
         h = self.norm1(x) if self.norm_first else x
-        att, _ = self.self_attn(h, None, mask, need_weights=need_weights, need_scores=need_scores)
+        att, _ = self.self_attn(h, None, mask, need_weights=need_weights, need_scores=need_scores, head_mask=head_mask)
         x = x + self.dropout(att.output)
         if not self.norm_first:
             x = self.norm1(x)
@@ -64,7 +77,7 @@ class DecoderLayer(nn.Module):
         self.norm_first = cfg.norm_first
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
@@ -80,14 +93,18 @@ class DecoderLayer(nn.Module):
         need_scores: bool = False,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
+        self_head_mask: Tensor | None = None,
+        cross_head_mask: Tensor | None = None,
     ) -> tuple[Tensor, AttentionOutput, AttentionOutput, KVCache | None, KVCache | None]:
-        """``y`` ``(B, T, D)``, ``memory`` ``(B, S, D)`` (may be None when ``cross_cache`` is given).
+        """``y`` ``(B, T, D)``, ``memory`` ``(B, S, D)`` (may be None when ``cross_cache`` is given);
+        ``self_head_mask`` / ``cross_head_mask`` ``(H,)`` scale each head's output (:class:`MultiHeadAttention`).
 
         Returns ``(y', self-attention, cross-attention, new self cache, cross cache)``.
         """
         h = self.norm1(y) if self.norm_first else y
         sa, self_cache = self.self_attn(
-            h, None, self_mask, need_weights=need_weights, need_scores=need_scores, cache=self_cache
+            h, None, self_mask, need_weights=need_weights, need_scores=need_scores, cache=self_cache,
+            head_mask=self_head_mask,
         )
         y = y + self.dropout(sa.output)
         if not self.norm_first:
@@ -101,6 +118,7 @@ class DecoderLayer(nn.Module):
             need_scores=need_scores,
             cache=cross_cache,
             static_kv=True,
+            head_mask=cross_head_mask,
         )
         y = y + self.dropout(ca.output)
         if not self.norm_first:

@@ -219,6 +219,43 @@ class AttentionMaps:
             out[name] = getattr(self, name)
         return out
 
+    def to_bertviz(self) -> dict[str, Any]:
+        """Keyword arguments for BertViz's encoder-decoder ``model_view`` (Vig 2019), without importing BertViz:
+        ``bertviz.model_view(**maps.to_bertviz(), html_action="return")``.
+
+        Returns:
+            a dict with ``encoder_attention``, ``decoder_attention``, ``cross_attention`` (each a tuple of one
+            float32 CPU tensor ``(1, H, Q, K)`` per layer, as BertViz and Hugging Face return them; a kind that
+            was not captured is left out), ``encoder_tokens`` (``src_tokens``) and ``decoder_tokens``
+            (``decoder_input_tokens``: the pieces fed to the decoder, which label decoder queries, decoder keys
+            and cross queries). Padding is cropped away (:meth:`select`).
+
+        Raises:
+            ValueError: the batch holds more than one sentence (BertViz shows one: pass ``maps.select(b)``), no
+                map was captured, or the token labels are missing or do not match the maps' lengths.
+        """
+        present = [k for k in KINDS if getattr(self, k) is not None]
+        if not present:
+            raise ValueError("to_bertviz: no attention maps were captured")
+        if self.batch_size != 1:
+            raise ValueError(f"to_bertviz: BertViz shows one sentence, these maps hold {self.batch_size}; "
+                             "call maps.select(b).to_bertviz() for sentence b")
+        if not self.src_tokens or not self.decoder_input_tokens:
+            raise ValueError("to_bertviz: the maps carry no token labels (src_tokens / decoder_input_tokens); "
+                             "Translator results have them, or set them on the maps")
+        one = self.select(0).cpu()
+        tokens = {"encoder_tokens": list(one.src_tokens[0]), "decoder_tokens": list(one.decoder_input_tokens[0])}
+        out: dict[str, Any] = {}
+        for kind in present:
+            maps = getattr(one, kind)  # (L, 1, H, Q, K)
+            q_labels, k_labels = one.labels(kind)
+            if (len(q_labels), len(k_labels)) != tuple(maps.shape[-2:]):
+                raise ValueError(f"to_bertviz: {kind} maps are {tuple(maps.shape[-2:])} (queries, keys) but there are "
+                                 f"{len(q_labels)} query and {len(k_labels)} key labels")
+            out[f"{kind}_attention"] = tuple(maps[layer].contiguous() for layer in range(maps.shape[0]))
+        out.update(tokens)
+        return out
+
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as a JSON string (NaN-free: masked scores of -inf are written as null)."""
         def clean(x: Any) -> Any:

@@ -92,11 +92,12 @@ class SinusoidalPositionalEncoding(nn.Module):
     """Adds nothing learnable: returns ``PE[start : start + T]`` as ``(T, d_model)`` (Section 3.5).
 
     The table is a non-persistent buffer (never saved in a checkpoint; recomputed from the config).
+    ``layout`` as :func:`sinusoidal_encoding` (``"concatenated"`` is Marian's table, position 0 first, no offset).
     """
 
-    def __init__(self, d_model: int, max_len: int) -> None:
+    def __init__(self, d_model: int, max_len: int, layout: str = "interleaved") -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_encoding(max_len, d_model, layout=layout), persistent=False)
 
     def forward(self, length: int, start: int = 0) -> Tensor:
         if start + length > self.table.size(0):

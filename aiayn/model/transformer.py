@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache
+from .attention import KVCache, check_head_mask
 from .config import TransformerConfig
 from .layers import DecoderLayer, EncoderLayer
 from .maps import AttentionMaps
@@ -104,6 +104,8 @@ class Transformer(nn.Module):
 
     Embeddings are multiplied by sqrt(d_model) and summed with positions (Sections 3.4, 3.5); with
     ``share_embeddings`` the source embedding, target embedding and output projection are one matrix.
+    With ``cfg.final_logits_bias`` a buffer ``final_logits_bias`` ``(V,)`` (zeros until loaded, saved in
+    checkpoints) is added to the logits (Marian's; see :func:`aiayn.interop.from_marian`).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -119,7 +121,7 @@ class Transformer(nn.Module):
             self.tgt_embedding = nn.Embedding(cfg.vocab_size, d)
             self.generator = nn.Linear(d, cfg.vocab_size, bias=False)
         if cfg.positional == "sinusoidal":
-            self.positions = SinusoidalPositionalEncoding(d, cfg.max_len)
+            self.positions = SinusoidalPositionalEncoding(d, cfg.max_len, cfg.positional_layout)
         else:
             self.src_positions = LearnedPositionalEmbedding(d, cfg.max_len)
             self.tgt_positions = LearnedPositionalEmbedding(d, cfg.max_len)
@@ -129,6 +131,8 @@ class Transformer(nn.Module):
             self.encoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
             self.decoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
+        if cfg.final_logits_bias:  # converted Marian models only; absent (not zero) otherwise, so old state dicts load
+            self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         self.reset_parameters()
 
     # -- parameters -------------------------------------------------------------------------------------
@@ -180,9 +184,22 @@ class Transformer(nn.Module):
         return self.dropout(x)
 
     def project(self, hidden: Tensor) -> Tensor:
-        """Pre-softmax linear map, ``(B, T, D) -> (B, T, V)``; tied to the embedding (Section 3.4)."""
+        """Pre-softmax linear map, ``(B, T, D) -> (B, T, V)``; tied to the embedding (Section 3.4); plus
+        ``final_logits_bias`` ``(V,)`` when ``cfg.final_logits_bias`` (Marian)."""
         weight = self.embedding.weight if self.cfg.share_embeddings else self.generator.weight
+        if self.cfg.final_logits_bias:
+            return F.linear(hidden, weight, self.final_logits_bias.to(weight.dtype))
         return F.linear(hidden, weight)
+
+    def target_positions(self, tgt: Tensor, start: int = 0) -> Tensor:
+        """``(B, T)`` bool, True on the real (non-pad) positions of the decoder input ``tgt`` ``(B, T)`` whose
+        first column is absolute position ``start``. The decoder start token is always real, even when it
+        *is* the pad id (``cfg.decoder_start="pad"``, Opus-MT): it is never masked as padding."""
+        real = tgt != self.cfg.pad_id
+        if self.cfg.decoder_start == "pad" and start == 0 and tgt.size(1):
+            real = real.clone()
+            real[:, 0] = True
+        return real
 
     def _check_tokens(self, tokens: Tensor, name: str) -> None:
         if not isinstance(tokens, Tensor) or tokens.dim() != 2:
@@ -208,19 +225,38 @@ class Transformer(nn.Module):
         return mask[None, None] if mask.dim() == 2 else mask[:, None]
 
     # -- encoder / decoder ----------------------------------------------------------------------------------
-    def encode(self, src: Tensor, *, need_weights: bool = False, need_scores: bool = False) -> EncoderOutput:
-        """Run the encoder stack on ``src`` ``(B, S)`` int64. Pads (``pad_id``) are never attended to.
+    def check_head_mask(self, head_mask) -> Tensor | None:
+        """``head_mask`` (None, or ``(3, n_layers, n_heads)``: encoder, decoder self, cross; bool or float; a
+        list / tuple / numpy array is converted) validated and moved to the model's device; None stays None.
+        1/True keeps a head's output, 0/False removes it, a float scales it (Michel et al. 2019).
 
         Raises:
-            ValueError: ``src`` is not ``(B, S)`` integer ids within the vocabulary and ``max_len``.
+            ValueError: wrong shape or dtype, non-finite values (see :func:`aiayn.model.attention.check_head_mask`).
+        """
+        if head_mask is None:
+            return None
+        return check_head_mask(head_mask, self.cfg.n_layers, self.cfg.n_heads, device=self.device)
+
+    def encode(self, src: Tensor, *, need_weights: bool = False, need_scores: bool = False,
+               head_mask: Tensor | None = None) -> EncoderOutput:
+        """Run the encoder stack on ``src`` ``(B, S)`` int64. Pads (``pad_id``) are never attended to.
+
+        ``head_mask`` ``(3, L, H)`` (see :meth:`check_head_mask`): its row 0 scales each encoder
+        self-attention head's output before ``W^O``; None changes nothing.
+
+        Raises:
+            ValueError: ``src`` is not ``(B, S)`` integer ids within the vocabulary and ``max_len``; a bad
+                ``head_mask``.
         """
         self._check_tokens(src, "src")
+        head_mask = self.check_head_mask(head_mask)
         src_mask = src != self.cfg.pad_id
         attn_mask = src_mask[:, None, None, :]
         x = self.embed(src, "src")
         ws, ss = [], []
-        for layer in self.encoder_layers:
-            x, att = layer(x, attn_mask, need_weights or need_scores, need_scores)
+        for i, layer in enumerate(self.encoder_layers):
+            x, att = layer(x, attn_mask, need_weights or need_scores, need_scores,
+                           None if head_mask is None else head_mask[0, i])
             ws.append(att.weights)
             ss.append(att.scores)
         if self.cfg.norm_first:
@@ -248,6 +284,7 @@ class Transformer(nn.Module):
         need_scores: bool = False,
         cache: DecoderCache | None = None,
         self_attn_mask: Tensor | None = None,
+        head_mask: Tensor | None = None,
     ) -> DecoderOutput:
         """Run the decoder stack on ``tgt`` ``(B, T)`` (BOS-shifted decoder input) over ``enc``.
 
@@ -267,15 +304,19 @@ class Transformer(nn.Module):
                 of Section 3.2.3 (``j <= i``); the teaching lab passes all-True to show what the mask
                 prevents. Without a cache, pad keys of ``tgt`` are masked on top of it, as for the default.
                 A query row with no allowed key gets zero weights and a zero attention output.
+            head_mask: ``(3, L, H)`` (see :meth:`check_head_mask`): rows 1 (decoder self-attention) and 2
+                (cross-attention) scale each head's output before ``W^O``; None changes nothing. Pass the
+                same mask to :meth:`encode` and at every step of incremental decoding.
 
         Returns:
             :class:`DecoderOutput`; logits ``(B, T, V)``.
 
         Raises:
             ValueError: malformed ``tgt``, decoding past ``max_len``, or ``self_attn_mask`` not a bool
-                tensor of shape ``(T, K)`` / ``(B, T, K)``.
+                tensor of shape ``(T, K)`` / ``(B, T, K)``; a bad ``head_mask``.
         """
         self._check_tokens(tgt, "tgt")
+        head_mask = self.check_head_mask(head_mask)
         start = cache.length if cache is not None else 0
         t = tgt.size(1)
         if start + t > self.cfg.max_len:
@@ -285,7 +326,7 @@ class Transformer(nn.Module):
         else:
             look_ahead = self._check_self_attn_mask(self_attn_mask, tgt.size(0), t, start + t).to(tgt.device)
         if cache is None:
-            self_mask = look_ahead & (tgt != self.cfg.pad_id)[:, None, None, :]
+            self_mask = look_ahead & self.target_positions(tgt)[:, None, None, :]
         else:
             self_mask = look_ahead
         cross_mask = enc.src_mask[:, None, None, :]
@@ -303,6 +344,8 @@ class Transformer(nn.Module):
                 need_scores,
                 cache.self_kv[i] if cache is not None else None,
                 cache.cross_kv[i] if cache is not None else None,
+                None if head_mask is None else head_mask[1, i],
+                None if head_mask is None else head_mask[2, i],
             )
             sw.append(sa.weights)
             cw.append(ca.weights)
@@ -316,7 +359,8 @@ class Transformer(nn.Module):
         return DecoderOutput(self.project(y), _stack(sw), _stack(cw), _stack(ssc), _stack(csc), new_cache, y)
 
     def forward(
-        self, src: Tensor, tgt: Tensor, *, return_attention: bool = False, return_scores: bool = False
+        self, src: Tensor, tgt: Tensor, *, return_attention: bool = False, return_scores: bool = False,
+        head_mask: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, AttentionMaps]:
         """Teacher-forced forward pass.
 
@@ -325,16 +369,21 @@ class Transformer(nn.Module):
             tgt: ``(B, T)`` int64 decoder input ids (BOS first, pads = ``pad_id``).
             return_attention: also return an :class:`AttentionMaps` (capture path).
             return_scores: also fill the maps' pre-softmax scores (implies ``return_attention``).
+            head_mask: ``(3, L, H)``, index 0 encoder, 1 decoder self, 2 cross attention (see
+                :meth:`check_head_mask`); each head's output is multiplied by its entry before ``W^O``. The
+                maps of a removed head are still computed (what it would attend to). None changes nothing.
 
         Returns:
             logits ``(B, T, V)`` float, or ``(logits, maps)``.
 
         Raises:
-            ValueError: malformed ``src`` / ``tgt`` (shape, dtype, ids outside the vocabulary, too long).
+            ValueError: malformed ``src`` / ``tgt`` (shape, dtype, ids outside the vocabulary, too long); a
+                ``head_mask`` of the wrong shape or dtype.
         """
+        head_mask = self.check_head_mask(head_mask)
         cap = return_attention or return_scores
-        enc = self.encode(src, need_weights=cap, need_scores=return_scores)
-        dec = self.decode(tgt, enc, need_weights=cap, need_scores=return_scores)
+        enc = self.encode(src, need_weights=cap, need_scores=return_scores, head_mask=head_mask)
+        dec = self.decode(tgt, enc, need_weights=cap, need_scores=return_scores, head_mask=head_mask)
         if not cap:
             return dec.logits
         maps = AttentionMaps(
@@ -345,6 +394,6 @@ class Transformer(nn.Module):
             decoder_scores=dec.self_scores,
             cross_scores=dec.cross_scores,
             src_lengths=enc.src_mask.sum(-1).tolist(),
-            tgt_lengths=(tgt != self.cfg.pad_id).sum(-1).tolist(),
+            tgt_lengths=self.target_positions(tgt).sum(-1).tolist(),
         )
         return dec.logits, maps

@@ -9,6 +9,8 @@ module (the app's lessons import :mod:`.recipe`) does not load the loop; import 
   configuration changes, ``metrics.jsonl`` truncation.
 * :mod:`.loop`: ``train`` (Adam, bf16 autocast, ``torch.compile``, DDP with ``torchrun``) and ``validate``
   (teacher-forced loss, BLEU of beam decodes).
+* :mod:`.history`: the attention of a few curated sentences at every saved state
+  (``attention_history.safetensors``, ``AttentionRecorder``) and its torch-free reader ``load_history``.
 * :mod:`.export`: averaging the last k states into a shippable checkpoint (Section 6.1); ``aiayn average``.
 * :mod:`.cli`: ``aiayn train`` (flags over a resumed run's stored configuration over the defaults).
 """

@@ -101,6 +101,9 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast on CUDA (default on)")
     ap.add_argument("--amp-cpu", action=argparse.BooleanOptionalAction, default=None,
                     help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; 1.47x faster steps on the 2-core dev VM; default off)")
+    ap.add_argument("--record-attention", action=argparse.BooleanOptionalAction, default=None,
+                    help="record the attention of a few curated sentences at every saved state into "
+                         "attention_history.safetensors (the explorer's 'Across training' tab; default on)")
     ap.add_argument("--init-from", default=None, metavar="DIR", help="warm start a new run from the weights of a run, "
                     "run state or checkpoint with the same shape and vocabulary (e.g. the other direction's run); default off")
     ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly, with its stored "
@@ -122,7 +125,7 @@ def cli_main(argv: list[str]) -> int:
                  "continues from its own (drop --init-from, or choose a new run directory)")
     given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
              "model_overrides": parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
-             "init_from": args.init_from,
+             "init_from": args.init_from, "record_attention": args.record_attention,
              **{name: getattr(args, name) for name, _ in VALUE_FLAGS}}
     try:
         tc = resolve_config(given, stored)

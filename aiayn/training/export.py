@@ -1,6 +1,7 @@
 """From a run to a shippable checkpoint (Section 6.1: "for the base models, we used a single model obtained by
 averaging the last 5 checkpoints"): average the last k run states, store the weights in float16 / bfloat16 /
-float32 with the run's SentencePiece model, metrics and configuration history, and the ``aiayn average`` CLI.
+float32 with the run's SentencePiece model, metrics, configuration history and attention history
+(:mod:`.history`), and the ``aiayn average`` CLI.
 """
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ import argparse
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from ..checkpoint import average_checkpoints, read_config, save_checkpoint
 from ..files import atomic_copy
 from ..model.transformer import Transformer
+from .history import HISTORY_FILE, load_history
 from .state import list_states, read_config_changes
 
 
 def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: str = "float16", meta: dict[str, Any] | None = None) -> Path:
     """Write a shippable checkpoint directory ``out_dir`` from a run: the element-wise average of the last
-    ``last`` states' weights (Section 6.1 averages the last 5), stored in ``dtype``, with ``spm.model`` and
-    ``metrics.jsonl``. The checkpoint's meta holds the direction, the averaged states, step, epoch, training
+    ``last`` states' weights (Section 6.1 averages the last 5), stored in ``dtype``, with ``spm.model``,
+    ``metrics.jsonl`` and ``attention_history.safetensors`` when the run has them (a damaged history is left
+    out with a warning; the checkpoint loader ignores the file). The checkpoint's meta holds the direction, the averaged states, step, epoch, training
     wall time (seconds) and tokens, the training configuration, its changes before the exported step and the
     git commit; ``meta`` adds or overrides keys. Returns ``out_dir`` as a ``Path``.
 
@@ -52,6 +56,15 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
     out = save_checkpoint(out_dir, model, spm_model=run_dir / "spm.model", dtype=dtype, meta=info)
     if (run_dir / "metrics.jsonl").is_file():
         atomic_copy(run_dir / "metrics.jsonl", Path(out) / "metrics.jsonl")
+    try:
+        history = load_history(run_dir)
+    except ValueError as exc:
+        history = None
+        warnings.warn(f"the attention history was not exported: {exc}", stacklevel=2)
+    if history is not None:
+        atomic_copy(run_dir / HISTORY_FILE, Path(out) / HISTORY_FILE)
+    else:  # never leave another run's history beside these weights
+        (Path(out) / HISTORY_FILE).unlink(missing_ok=True)
     return Path(out)
 
 

@@ -27,6 +27,7 @@ from ..files import atomic_copy, atomic_write_text
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
+from .history import AttentionRecorder
 from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_batches, upsample_sentences
 from .recipe import TrainConfig, label_smoothed_loss, noam_lr
 from .state import init_weights_from, list_states, load_state_into, record_config_change, save_state, truncate_metrics
@@ -111,7 +112,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
 
     The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
-    epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time) and ``step_*/`` states.
+    epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time), ``step_*/`` states and, with
+    ``tc.record_attention``, ``attention_history.safetensors`` (:mod:`.history`: the curated sentences' attention
+    at step 0 of a fresh run and at every saved state).
     """
     device = setup_distributed()
     if tc.threads > 0:
@@ -152,6 +155,12 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         atomic_write_text(run_dir / "train_config.json", json.dumps(asdict(tc), indent=2))
         atomic_write_text(run_dir / "metrics.jsonl", "")
         atomic_copy(data_dir / "spm.model", run_dir / "spm.model")
+    # attention of a few curated sentences at every saved state (no RNG drawn, train mode restored: .history)
+    recorder = None
+    if rank == 0 and tc.record_attention:
+        recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log)
+    if recorder is not None and not (resume and states):
+        recorder.record(run_dir, model, 0)  # step 0: the initial (or warm-started) weights
     train_src, train_tgt = load_split(data_dir, "train", tc.direction)
     train_src, train_tgt = upsample_sentences(train_src, train_tgt, tc.upsample_sentences)
     valid_src, valid_tgt = load_split(data_dir, "valid", tc.direction)
@@ -231,7 +240,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
                 window_loss, window_tok, window_t0 = 0.0, 0, time.perf_counter()
             if rank == 0 and (step % tc.save_every == 0 or last):
                 state["wall_time"] = time.perf_counter() - t_start
-                save_state(run_dir, model, opt, state, tc.keep)
+                save_state(run_dir, model, opt, state, tc.keep, history=recorder)
             if last:
                 stop = True
                 break

@@ -86,7 +86,7 @@ def collate(idx: Sequence[int], src_ids: Sequence[Sequence[int]], tgt_ids: Seque
     tgt = pad_ids(tgt_rows, cfg.pad_id)
     lengths = np.fromiter((len(t) for t in tgt_rows), dtype=np.int64, count=len(tgt_rows))
     dec_in = np.empty_like(tgt)
-    dec_in[:, 0] = cfg.bos_id
+    dec_in[:, 0] = cfg.decoder_start_id
     dec_in[:, 1:] = tgt[:, :-1]
     dec_in[np.arange(tgt.shape[1]) >= np.maximum(lengths, 1)[:, None]] = cfg.pad_id
     return torch.from_numpy(src), torch.from_numpy(dec_in), torch.from_numpy(tgt)

@@ -93,3 +93,4 @@ class TrainConfig:
     upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
     amp_cpu: bool = False  # bf16 autocast on CPU as well (CPUs with AVX512-BF16 or AMX; off by default)
     init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
+    record_attention: bool = True  # attention of a few curated sentences at every saved state (.history)

@@ -10,7 +10,7 @@ import json
 import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -20,10 +20,17 @@ from ..files import atomic_dir, atomic_write_text
 from ..model.transformer import Transformer
 from .recipe import TrainConfig
 
+if TYPE_CHECKING:
+    from .history import AttentionRecorder
 
-def save_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, state: dict[str, Any], keep: int) -> Path:
+
+def save_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, state: dict[str, Any], keep: int,
+               history: AttentionRecorder | None = None) -> Path:
     """Write the run state ``run_dir/step_{N:08d}/`` (N = ``state["step"]``) atomically and prune to the last
-    ``keep`` states (``keep <= 0`` keeps all); returns the state's directory.
+    ``keep`` states (``keep <= 0`` keeps all); returns the state's directory. With ``history``, the attention
+    of its curated sentences at step N is then appended to ``run_dir/attention_history.safetensors``
+    (:meth:`.history.AttentionRecorder.record`; after the state is in place, so the history never holds a
+    step past the last state).
 
     The folder holds ``model.safetensors`` + ``config.json`` (float32, as :func:`aiayn.checkpoint.save_checkpoint`),
     ``optimizer.safetensors`` (Adam ``exp_avg::NAME`` / ``exp_avg_sq::NAME`` float32 tensors shaped as the
@@ -51,6 +58,8 @@ def save_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, st
             tensors["rng::cuda"] = torch.cuda.get_rng_state()
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "trainer_state.json").write_text(json.dumps(dict(state, adam_steps=steps), indent=1))
+    if history is not None:
+        history.record(run_dir, model, state["step"])
     for old in list_states(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -1,0 +1,220 @@
+"""The head-ablation page's Streamlit parts: the grid of head switches (kept in the URL as
+``?off=cross.3.2,encoder.1.5``, layers and heads from 1), the cached model runs (teacher-forced maps with and
+without the removed heads, reference scores, the per-checkpoint sweep of Michel et al. 2019) and the map
+comparison (intact, ablated, difference). ``pages/7_Head_Ablation.py`` reads the sentence and calls these.
+Not a paper section: head ablation (Michel et al. 2019; Voita et al. 2019) on the model of Section 3.2.2.
+Importing this module does not import torch (the model runs import it when called).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from ..analysis import view_stack
+from ..analysis.ablation import (
+    KINDS, Head, cached_head_sweep, forced_maps, format_heads, head_mask_array, load_sweep, maps_difference_frame,
+    parse_heads, reference_logprob, sentence_chrf,
+)
+from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatmap, mark_heads, sweep_figure
+from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
+from .charts import show_figure
+from .downloads import download_buttons
+from .models import checkpoint_path, checkpoint_stamp, load_translator
+from .params import query_param, warn_bad_param
+from .results import head_mask_key
+
+KIND_NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (masked)",
+              "cross": "Encoder-decoder (cross) attention"}
+
+
+def _switch_key(kind: str, layer: int) -> str:
+    return f"ab_off_{kind}_{layer}"
+
+
+def seed_switches(direction: str, n_layers: int, n_heads: int) -> None:
+    """Set the head switches from the URL parameter ``off`` once per session and direction; warn about items
+    of ``off`` that name no head of this model."""
+    if st.session_state.get("ab_switch_dir") == direction:
+        return
+    first = "ab_switch_dir" not in st.session_state
+    heads, bad = parse_heads(query_param("off") if first else None, n_layers, n_heads)
+    if bad:
+        st.warning(f"Ignored in the URL parameter `off`: {', '.join(f'`{b[:30]}`' for b in bad[:6])}. Write removed "
+                   f"heads as kind.layer.head (kind encoder, decoder or cross; layer 1 to {n_layers}; head 1 to "
+                   f"{n_heads}), comma-separated, e.g. `cross.{n_layers}.2`.", icon="⚠️")
+    for kind in KINDS:
+        for layer in range(n_layers):
+            st.session_state[_switch_key(kind, layer)] = [str(h + 1) for k, l, h in heads if k == kind and l == layer]
+    st.session_state.ab_switch_dir = direction
+
+
+def _all_on(n_layers: int) -> None:
+    for kind in KINDS:
+        for layer in range(n_layers):
+            st.session_state[_switch_key(kind, layer)] = []
+
+
+def head_switches(n_layers: int, n_heads: int) -> list[Head]:
+    """One multi-select row of heads per layer and kind (selected = removed); returns the removed heads as
+    ``(kind, layer, head)`` from 0 and writes them into the URL (``off``)."""
+    options = [str(h + 1) for h in range(n_heads)]
+    off: list[Head] = []
+    # One full-width row per (kind, layer): with the three kinds side by side, eight head buttons did not fit a
+    # column at 1366 px and the last heads were cut off.
+    for kind in KINDS:
+        st.markdown(f"**{KIND_NAMES[kind]}**: heads switched off")
+        for layer in range(n_layers):
+            label_col, switch_col = st.columns([1, 7], vertical_alignment="center")
+            label_col.markdown(f"Layer {layer + 1}")
+            picked = switch_col.segmented_control(f"{KIND_NAMES[kind]}, layer {layer + 1}: heads switched off", options,
+                                                  selection_mode="multi", key=_switch_key(kind, layer),
+                                                  label_visibility="collapsed")
+            off += [(kind, layer, int(h) - 1) for h in picked or [] if h in options]
+    st.button("Switch every head back on", on_click=_all_on, args=(n_layers,), icon=":material/restart_alt:")
+    spec = format_heads(off)
+    if spec:
+        st.query_params["off"] = spec
+    else:
+        st.query_params.pop("off", None)
+    return off
+
+
+def mask_for(off: list[Head], n_layers: int, n_heads: int) -> np.ndarray:
+    """The ``(3, L, H)`` float32 head mask of the removed heads."""
+    return head_mask_array(off, n_layers, n_heads)
+
+
+@st.cache_data(max_entries=64, show_spinner="Running the model with and without the heads…")
+def _compared(direction: str, ckpt: str, stamp: str, src_ids: tuple, output_ids: tuple,  # noqa: ARG001
+              mask: tuple | None):
+    tr = load_translator(direction)
+    intact = forced_maps(tr, src_ids, output_ids)
+    ablated = forced_maps(tr, src_ids, output_ids, head_mask=None if mask is None else np.asarray(mask, np.float32))
+    return intact, ablated
+
+
+def compared_maps(direction: str, src_ids, output_ids, mask) -> tuple[Any, Any]:
+    """``(intact, ablated)`` :class:`~aiayn.model.maps.AttentionMaps` teacher-forced over the same ids
+    (:func:`aiayn.analysis.ablation.forced_maps`), cached per checkpoint, ids and mask."""
+    path = checkpoint_path(direction)
+    return _compared(direction, str(path), checkpoint_stamp(path), tuple(int(i) for i in src_ids),
+                     tuple(int(i) for i in output_ids), head_mask_key(mask))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _ref_logprob(direction: str, ckpt: str, stamp: str, text: str, ref: str, mask: tuple | None) -> float:  # noqa: ARG001
+    total, n = reference_logprob(load_translator(direction), [(text, ref)],
+                                 head_mask=None if mask is None else np.asarray(mask, np.float32))
+    return total / max(n, 1)
+
+
+def scores(direction: str, translation, reference: str | None, mask) -> dict[str, float]:
+    """Beam score of ``translation`` and, with a reference, its sentence chrF and the reference's mean
+    log-probability per piece (teacher-forced) under ``mask``."""
+    out = {"score": float(translation.score)}
+    if reference:
+        path = checkpoint_path(direction)
+        out["chrF"] = sentence_chrf(translation.text, reference)
+        out["ref log-prob / piece"] = _ref_logprob(direction, str(path), checkpoint_stamp(path), translation.source,
+                                                   reference, head_mask_key(mask))
+    return out
+
+
+def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
+    """Kind, layer and head pickers (in the URL), then intact vs ablated maps and their difference (every head
+    of the kind, or one head), and the CSV/JSON downloads of both maps."""
+    L, H = intact.n_layers, intact.n_heads
+    layer_opts, head_opts = [str(i) for i in range(1, L + 1)], ["all"] + [str(i) for i in range(1, H + 1)]
+    warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
+    warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
+    warn_bad_param("head", head_opts, f"the head must be 1 to {H} or all")
+    c1, c2, c3 = st.columns([3, 1, 3], vertical_alignment="bottom")
+    kind = c1.segmented_control("Attention", list(KINDS), default="cross", key="kind", bind="query-params",
+                                required=True)
+    layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
+    head = c3.segmented_control("Head", head_opts, default="all", key="head", bind="query-params", required=True)
+    kind = kind if kind in KINDS else "cross"
+    layer = int(layer) if layer in layer_opts else L
+    head = head if head in head_opts else "all"
+    a, qa, ka = view_stack(intact, kind)
+    b, _, _ = view_stack(ablated, kind)
+    off_here = [(lay, h) for k, lay, h in off if k == kind]
+    yt, xt = AXIS_TITLES[kind]
+    if head == "all":
+        t1, t2, t3 = st.tabs(["Difference", "Intact", "Ablated"])
+        with t1:
+            show_figure(difference_grid(b - a, removed=off_here, template=ctx.template,
+                                        title=f"{KIND_NAMES[kind]}: ablated − intact, all heads"),
+                        key="ab_diff_grid", filename=f"ablation_diff_{kind}_{ctx.direction}")
+        with t2:
+            show_figure(model_view(a, q_labels=qa, k_labels=ka, colorscale=ctx.colorscale, template=ctx.template,
+                                   title=f"{KIND_NAMES[kind]}: intact"), key="ab_intact_grid",
+                        filename=f"ablation_intact_{kind}_{ctx.direction}")
+        with t3:
+            fig = model_view(b, q_labels=qa, k_labels=ka, colorscale=ctx.colorscale, template=ctx.template,
+                             title=f"{KIND_NAMES[kind]}: with the heads removed")
+            show_figure(mark_heads(fig, off_here), key="ab_ablated_grid",
+                        filename=f"ablation_ablated_{kind}_{ctx.direction}")
+    else:
+        h = int(head) - 1
+        status = " (switched off: what it would attend to)" if (layer - 1, h) in off_here else ""
+        s1, s2, s3 = st.columns(3)
+        for col, w, name in ((s1, a, "intact"), (s2, b, "ablated" + status)):
+            with col:
+                show_figure(attention_heatmap(w[layer - 1, h], qa, ka, title=f"Layer {layer}, head {head}: {name}",
+                                              colorscale=ctx.colorscale, x_title=xt, y_title=yt, zmax=1.0,
+                                              template=ctx.template),
+                            key=f"ab_{name.split()[0]}_head", filename=f"ablation_{name.split()[0]}_{kind}_L{layer}_H{head}")
+        with s3:
+            show_figure(difference_heatmap(b[layer - 1, h] - a[layer - 1, h], qa, ka, x_title=xt, y_title=yt,
+                                           title=f"Layer {layer}, head {head}: ablated − intact", template=ctx.template),
+                        key="ab_diff_head", filename=f"ablation_diff_{kind}_L{layer}_H{head}")
+    st.caption("Download both maps of every kind, layer and head (long format; layer and head columns count from 0; "
+               "difference = ablated − intact).")
+    download_buttons(lambda: maps_difference_frame(intact, ablated),
+                     lambda: json.dumps({"off": format_heads(off), "intact": intact.to_dict(), "ablated": ablated.to_dict()}),
+                     f"ablated_maps_{ctx.direction}", key="ab-maps-dl")
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _fresh_sweep(direction: str, ckpt: str, stamp: str, pairs: tuple, beam_size: int):  # noqa: ARG001
+    return load_sweep(ckpt, [tuple(p) for p in pairs], beam_size=beam_size)
+
+
+def sweep_view(ctx, pairs: list[tuple[str, str]], *, beam_size: int = 4) -> None:
+    """The sweep (:func:`aiayn.analysis.ablation.head_sweep`) of the direction's checkpoint: read from its
+    ``head_sweep.json`` when fresh, else computed on request with a progress bar; a layer x head heatmap per
+    kind of a chosen metric (in the URL, ``metric``), the table and CSV/JSON downloads."""
+    path = checkpoint_path(ctx.direction)
+    df = _fresh_sweep(ctx.direction, str(path), checkpoint_stamp(path), tuple(map(tuple, pairs)), beam_size)
+    df = df if df is not None else st.session_state.get(f"ab_sweep_{ctx.direction}_{checkpoint_stamp(path)}")
+    if df is None:
+        n = 3 * ctx.translator.cfg.n_layers * ctx.translator.cfg.n_heads
+        st.info(f"No up-to-date sweep is stored beside this checkpoint ({path.name}/head_sweep.json). Computing it "
+                f"runs the model {n + 1} times on the {len(pairs)} curated sentences.")
+        if not st.button("Run the sweep", type="primary", icon=":material/play_arrow:"):
+            return
+        bar = st.progress(0.0, text="intact model")
+        df = cached_head_sweep(load_translator(ctx.direction), pairs, checkpoint=path, beam_size=beam_size,
+                               progress=lambda f, t: bar.progress(min(1.0, f), text=t))
+        bar.empty()
+        st.session_state[f"ab_sweep_{ctx.direction}_{checkpoint_stamp(path)}"] = df
+        _fresh_sweep.clear()
+    metrics = list(SWEEP_METRICS)
+    warn_bad_param("metric", metrics, "the metric must be " + ", ".join(metrics))
+    metric = st.segmented_control("Measure", metrics, default="chrf_drop", key="metric", bind="query-params",
+                                  required=True)
+    metric = metric if metric in metrics else "chrf_drop"
+    st.caption(f"{SWEEP_METRICS[metric]}. Intact model: corpus chrF {df.attrs.get('chrf_intact', float('nan')):.2f}, "
+               f"log-prob {df.attrs.get('logprob_intact', float('nan')):.3f} nats per reference piece. Red: removing "
+               "the head alone hurts; blue: it helps; near 0: the head can go (Michel et al. 2019).")
+    show_figure(sweep_figure(df, metric, template=ctx.template), key="ab_sweep", filename=f"head_sweep_{ctx.direction}")
+    show = df.assign(layer=df["layer"] + 1, head=df["head"] + 1)
+    st.dataframe(show.sort_values("chrf_drop", ascending=False), hide_index=True, width="stretch", height=260,
+                 key="ab_sweep_table")
+    st.caption("The table counts layers and heads from 1; the downloads count them from 0.")
+    download_buttons(df, lambda: {"attrs": dict(df.attrs), "pairs": [list(p) for p in pairs],
+                                  "rows": df.to_dict(orient="records")}, f"head_sweep_{ctx.direction}", key="ab-sweep-dl")

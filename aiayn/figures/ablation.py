@@ -1,0 +1,168 @@
+"""Plotly figures of head ablation (pure functions: arrays and tables in, ``go.Figure`` out, no Streamlit).
+
+The sweep of :func:`aiayn.analysis.ablation.head_sweep` as one layer x head heatmap per kind of attention
+(Michel et al. 2019; Voita et al. 2019), and the change of attention maps when heads are removed (ablated -
+intact) on a diverging colour scale centred on 0. Layers and heads are labelled from 1, as everywhere in the app.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis import unique_labels
+from .attention import plotly_safe
+
+#: the sweep's metrics and how the figures title them
+SWEEP_METRICS = {
+    "chrf_drop": "chrF drop (points)",
+    "logprob_drop": "log-prob drop (nats / piece)",
+    "chrf": "chrF without the head",
+    "logprob": "log-prob / piece without the head",
+}
+KIND_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention"}
+DIVERGING = "RdBu_r"
+
+
+def sweep_grid(df, kind: str, metric: str) -> np.ndarray:
+    """The ``(L, H)`` grid of ``metric`` for ``kind`` from a sweep table (layer and head columns from 0);
+    NaN where a head has no row.
+
+    Raises:
+        ValueError: ``metric`` is not a column of the table.
+    """
+    if metric not in df.columns:
+        raise ValueError(f"unknown metric {metric!r}; the sweep has {list(df.columns)}")
+    L, H = int(df["layer"].max()) + 1, int(df["head"].max()) + 1
+    z = np.full((L, H), np.nan)
+    rows = df[df["kind"] == kind]
+    z[rows["layer"].to_numpy(int), rows["head"].to_numpy(int)] = rows[metric].to_numpy(float)
+    return z
+
+
+def sweep_figure(df, metric: str = "chrf_drop", *, colorscale: str = DIVERGING, template: str | None = None,
+                 title: str = "") -> go.Figure:
+    """One layer x head heatmap per kind present in the sweep table, side by side, one shared colour scale.
+
+    Drops (``*_drop``) use a diverging scale centred on 0 (red: removing the head hurts; blue: it helps);
+    cell text shows the value.
+
+    Args:
+        df: :func:`aiayn.analysis.ablation.head_sweep`'s table.
+        metric: a key of :data:`SWEEP_METRICS` (or any numeric column).
+
+    Raises:
+        ValueError: an empty table or an unknown metric.
+    """
+    if df is None or len(df) == 0:
+        raise ValueError("the sweep table is empty")
+    kinds = [k for k in KIND_LABELS if (df["kind"] == k).any()]
+    grids = [sweep_grid(df, k, metric) for k in kinds]
+    L, H = grids[0].shape
+    finite = np.concatenate([g[np.isfinite(g)] for g in grids]) if grids else np.zeros(1)
+    centred = metric.endswith("_drop")
+    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[KIND_LABELS[k] for k in kinds],
+                        horizontal_spacing=0.06)
+    for i, (kind, z) in enumerate(zip(kinds, grids), start=1):
+        fig.add_trace(go.Heatmap(
+            z=z, x=[f"head {h + 1}" for h in range(H)], y=[f"layer {l + 1}" for l in range(L)],
+            coloraxis="coloraxis", texttemplate="%{z:.2f}", textfont=dict(size=10),
+            hovertemplate=f"{KIND_LABELS[kind]}<br>%{{y}}, %{{x}}<br>{SWEEP_METRICS.get(metric, metric)}: "
+                          "%{z:.3f}<extra></extra>",
+        ), row=1, col=i)
+    if centred:
+        vmax = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
+        axis = dict(colorscale=colorscale, cmin=-vmax, cmax=vmax, cmid=0.0)
+    else:
+        axis = dict(colorscale="Viridis", cmin=float(finite.min()) if finite.size else 0.0,
+                    cmax=float(finite.max()) if finite.size else 1.0)
+    axis["colorbar"] = dict(title=dict(text=SWEEP_METRICS.get(metric, metric)), thickness=14)
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", tickangle=-45)
+    fig.update_layout(coloraxis=axis, title=dict(text=title) if title else None, height=int(160 + 60 * L),
+                      margin=dict(l=10, r=10, t=70 if title else 40, b=10))
+    if template:
+        fig.update_layout(template=template)
+    return fig
+
+
+def difference_heatmap(diff: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str], *, title: str = "",
+                       x_title: str = "key", y_title: str = "query", template: str | None = None,
+                       zmax: float | None = None) -> go.Figure:
+    """One map of ablated - intact attention weights ``(Q, K)`` on a diverging scale centred on 0 (red: the
+    ablated model attends more; blue: less).
+
+    Raises:
+        ValueError: labels do not match the map's shape.
+    """
+    d = np.asarray(diff, dtype=float)
+    if d.ndim != 2 or d.shape != (len(q_labels), len(k_labels)):
+        raise ValueError(f"map of shape {d.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
+    vmax = zmax if zmax is not None else (float(np.abs(d).max()) if d.size and np.abs(d).max() > 0 else 1.0)
+    y = [plotly_safe(x) for x in unique_labels(q_labels)]
+    x = [plotly_safe(v) for v in unique_labels(k_labels)]
+    fig = go.Figure(go.Heatmap(
+        z=d, x=x, y=y, zmin=-vmax, zmax=vmax, zmid=0.0, colorscale=DIVERGING,
+        colorbar=dict(title=dict(text="ablated − intact"), thickness=14),
+        hovertemplate=f"{y_title}: %{{y}}<br>{x_title}: %{{x}}<br>change: %{{z:+.3f}}<extra></extra>",
+        xgap=1 if max(d.shape, default=0) <= 40 else 0, ygap=1 if max(d.shape, default=0) <= 40 else 0,
+    ))
+    cell = 28 if max(d.shape, default=0) <= 25 else 18
+    fig.update_layout(
+        title=dict(text=title) if title else None,
+        xaxis=dict(title=x_title, type="category", tickangle=-60),
+        yaxis=dict(title=y_title, type="category", autorange="reversed"),
+        height=int(min(1100, max(380, 160 + cell * d.shape[0]))), margin=dict(l=10, r=10, t=60 if title else 20, b=10),
+    )
+    if template:
+        fig.update_layout(template=template)
+    return fig
+
+
+def difference_grid(diff: np.ndarray, *, removed: Iterable[tuple[int, int]] = (), title: str = "",
+                    template: str | None = None) -> go.Figure:
+    """All ``L x H`` heads of one kind, ablated - intact ``(L, H, Q, K)``, one shared diverging scale; the
+    removed heads (``(layer, head)`` from 0) are marked "off" (their maps are still computed: what they would
+    attend to).
+
+    Raises:
+        ValueError: ``diff`` is not 4-dimensional.
+    """
+    d = np.asarray(diff, dtype=float)
+    if d.ndim != 4:
+        raise ValueError(f"expected (L, H, Q, K) differences, got shape {d.shape}")
+    L, H, Q, K = d.shape
+    fig = make_subplots(rows=L, cols=H, horizontal_spacing=0.012, vertical_spacing=0.03 if L > 1 else 0.0,
+                        column_titles=[f"head {h + 1}" for h in range(H)], row_titles=[f"layer {l + 1}" for l in range(L)])
+    for layer in range(L):
+        for head in range(H):
+            fig.add_trace(go.Heatmap(
+                z=d[layer, head], coloraxis="coloraxis",
+                hovertemplate=f"layer {layer + 1}, head {head + 1}<br>query %{{y}}<br>key %{{x}}<br>"
+                              "change %{z:+.3f}<extra></extra>"), row=layer + 1, col=head + 1)
+    mark_heads(fig, removed)
+    vmax = float(np.abs(d).max()) if d.size and np.abs(d).max() > 0 else 1.0
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(
+        coloraxis=dict(colorscale=DIVERGING, cmin=-vmax, cmax=vmax, cmid=0.0,
+                       colorbar=dict(title=dict(text="ablated − intact"), thickness=14)),
+        title=dict(text=title) if title else None,
+        height=int(min(1400, max(300, 40 + L * max(110, 900 / max(H, 1) * Q / max(K, 1))))),
+        margin=dict(l=10, r=40, t=70 if title else 40, b=10),
+    )
+    if template:
+        fig.update_layout(template=template)
+    return fig
+
+
+def mark_heads(fig: go.Figure, cells: Iterable[tuple[int, int]], text: str = "off") -> go.Figure:
+    """Write ``text`` over the subplots of a layer x head grid (:func:`difference_grid`,
+    :func:`aiayn.figures.attention.model_view`) at ``cells`` (``(layer, head)`` from 0); returns ``fig``."""
+    for layer, head in cells:
+        fig.add_annotation(row=layer + 1, col=head + 1, xref="x domain", yref="y domain", x=0.5, y=0.5,
+                           text=f"<b>{text}</b>", showarrow=False, font=dict(color="#d62728", size=14),
+                           bgcolor="rgba(255,255,255,0.7)")
+    return fig

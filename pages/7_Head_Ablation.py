@@ -1,0 +1,124 @@
+"""Head ablation: switch attention heads off and watch the translation and every remaining map change
+(Michel et al. 2019, "Are Sixteen Heads Really Better than One?"; Voita et al. 2019), then the sweep: what each
+head alone costs on the curated sentences. Heads are removed before W^O (Section 3.2.2)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from aiayn import app as ui
+from aiayn.analysis import check_text
+from aiayn.app.ablation import (
+    compared_maps, comparison_view, head_switches, mask_for, scores, seed_switches, sweep_view,
+)
+from aiayn.examples import EXAMPLES, sentence_pairs
+
+ctx = ui.setup_page("Head ablation", icon=":material/block:")
+tr = ctx.translator
+cfg = tr.cfg
+L, H = cfg.n_layers, cfg.n_heads
+examples = EXAMPLES[ctx.direction]
+by_sentence = {s: ref for s, ref, _ in examples}
+
+st.caption("Each head's output softmax(QKᵀ/√d_k)V is multiplied by 0 before the heads are concatenated and "
+           "projected by W^O (Section 3.2.2); everything else is unchanged. A removed head's attention weights are "
+           "still computed: its maps show what it *would* attend to, but nothing it reads reaches the next layer.")
+
+# -- sentence: the URL seeds the form once per session; curated examples fill it ------------------------------
+if "ab_seeded" not in st.session_state or st.session_state.get("ab_dir") != ctx.direction:
+    first = "ab_seeded" not in st.session_state
+    url_text = st.query_params.get("text") if first else None
+    prev = st.session_state.get("ab_text")
+    old_defaults = {e[0] for ex in EXAMPLES.values() for e in ex}
+    if url_text is not None:
+        st.session_state.ab_text = url_text
+        st.session_state.ab_ref = st.query_params.get("ref", by_sentence.get(url_text, ""))
+    elif prev is None or prev in old_defaults:
+        st.session_state.ab_text, st.session_state.ab_ref = examples[0][0], examples[0][1]
+    st.session_state.ab_seeded, st.session_state.ab_dir = True, ctx.direction
+
+
+def _pick_example() -> None:
+    choice = st.session_state.get("ab_pick")
+    if choice in by_sentence:
+        st.session_state.ab_text, st.session_state.ab_ref = choice, by_sentence[choice]
+
+
+left, right = st.columns([3, 2], gap="large")
+with right:
+    st.selectbox("Curated examples", list(by_sentence), index=None, key="ab_pick", on_change=_pick_example,
+                 placeholder="Pick a sentence…")
+with left:
+    with st.form("ablate", enter_to_submit=True, border=True):
+        text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", key="ab_text", placeholder="Type a sentence")
+        ref = st.text_input(f"Reference ({ctx.tgt_lang.upper()}, optional: scores the outputs with chrF)", key="ab_ref")
+        st.form_submit_button("Translate", type="primary")
+st.query_params["text"] = text or ""
+if ref:
+    st.query_params["ref"] = ref
+else:
+    st.query_params.pop("ref", None)
+
+cleaned, notes = check_text(text)
+for note in notes:
+    (st.warning if cleaned is not None else st.info)(note)
+if cleaned is None:
+    st.stop()
+reference, ref_notes = check_text(ref, what="reference") if ref else (None, [])
+for note in ref_notes:
+    st.warning(note)
+
+# -- the head switches ----------------------------------------------------------------------------------------
+st.markdown("#### Switch heads off")
+st.caption(f"Pick the heads to remove, per kind and layer (layers and heads from 1; {L} layers × {H} heads). The "
+           "removed heads are kept in the link (`off=cross.3.2,encoder.1.5`).")
+seed_switches(ctx.direction, L, H)
+off = head_switches(L, H)
+mask = mask_for(off, L, H)
+
+try:
+    intact = ui.explain_sentence(ctx.direction, cleaned)
+    ablated = ui.explain_sentence(ctx.direction, cleaned, head_mask=mask) if off else intact
+    s_intact = scores(ctx.direction, intact, reference, None)
+    s_ablated = scores(ctx.direction, ablated, reference, mask) if off else s_intact
+except ValueError as exc:
+    st.error(f"Could not run the model: {exc}")
+    st.stop()
+
+# -- the two translations side by side --------------------------------------------------------------------------
+c1, c2 = st.columns(2, gap="large")
+with c1:
+    st.markdown(f"**Intact model** (beam 4)  \n{intact.text or '∅'}")
+    for name, value in s_intact.items():
+        st.metric(name, f"{value:.2f}")
+with c2:
+    st.markdown(f"**Without {len(off)} head{'s' if len(off) != 1 else ''}** (beam 4)  \n{ablated.text or '∅'}")
+    for name, value in s_ablated.items():
+        st.metric(name, f"{value:.2f}", delta=f"{value - s_intact[name]:+.2f}" if off else None)
+if not off:
+    st.info("Every head is on: pick heads above to remove them.")
+elif ablated.text == intact.text:
+    st.success("Same translation without these heads; the maps below show what changed inside.")
+st.caption("score: length-normalised log-probability of the beam output (Section 6.1); chrF: sentence chrF "
+           "against the reference (0–100); ref log-prob / piece: the reference teacher-forced, nats per piece.")
+
+# -- how every remaining map changes ------------------------------------------------------------------------------
+st.markdown("#### How the maps change")
+ON = ["intact", "ablated"]
+ui.warn_bad_param("on", ON, "compare on must be intact or ablated")
+on = st.segmented_control("Decoder input of both runs", ON, default="intact", key="on", bind="query-params",
+                          required=True, help="Both models are teacher-forced on the same pieces so that their maps "
+                                              "line up: the intact model's output or the ablated model's output.")
+base = ablated if on == "ablated" and off else intact
+if not base.output_ids:
+    st.info("The output is empty: there are no decoder maps to compare.")
+else:
+    m_intact, m_ablated = compared_maps(ctx.direction, base.src_ids, base.output_ids, mask)
+    comparison_view(ctx, m_intact, m_ablated, off)
+
+# -- the sweep ----------------------------------------------------------------------------------------------------
+st.markdown("#### Sweep: each head removed alone")
+pairs = sentence_pairs(ctx.direction)
+st.caption(f"For each head alone: the drop in corpus chrF of the beam output and in the reference's mean "
+           f"log-probability per piece, on the {len(pairs)} curated sentences of this direction (the model issue's "
+           "development sets do not exist yet). Cached beside the checkpoint in head_sweep.json.")
+sweep_view(ctx, pairs)
