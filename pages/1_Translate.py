@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import check_text, kind_stack, query_labels, unique_labels
+from aiayn.analysis import kind_stack, query_labels, unique_labels
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.evaluation.modelcard import quality_verdict
 
@@ -57,11 +57,7 @@ for name, value, default in (("text", text, None), ("beam", int(beam), 4), ("alp
     else:
         st.query_params[name] = str(value)
 
-cleaned, notes = check_text(text)
-for note in notes:
-    (st.warning if cleaned is not None else st.info)(note, icon="⚠️" if cleaned is not None else "✍️")
-if cleaned is None:
-    st.stop()
+cleaned = ui.sentence_or_stop(text)
 
 try:
     result = ui.explain_sentence(ctx.direction, cleaned, beam_size=int(beam), length_penalty=float(alpha),

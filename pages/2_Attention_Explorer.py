@@ -8,7 +8,6 @@ from __future__ import annotations
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import check_text
 from aiayn.app.explorer import (
     ExplorerView,
     all_heads_tab,
@@ -74,16 +73,10 @@ if mode == "forced" and ref:
 else:
     st.query_params.pop("ref", None)
 
-cleaned, notes = check_text(text)
-for note in notes:
-    (st.warning if cleaned is not None else st.info)(note)
-if cleaned is None:
-    st.stop()
+cleaned = ui.sentence_or_stop(text)
 reference = None
 if mode == "forced":
-    reference, ref_notes = check_text(ref, what="reference")
-    for note in ref_notes:
-        st.warning(note)
+    reference = ui.optional_reference(ref)
     if reference is None:
         st.warning("Teacher-forced mode needs a reference translation; showing the model's own output instead.")
         mode = "free"

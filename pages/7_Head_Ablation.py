@@ -6,7 +6,6 @@ from __future__ import annotations
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import check_text
 from aiayn.app.ablation import (
     compared_maps, comparison_view, head_switches, mask_for, scores, seed_switches, sweep_view,
 )
@@ -58,14 +57,8 @@ if ref:
 else:
     st.query_params.pop("ref", None)
 
-cleaned, notes = check_text(text)
-for note in notes:
-    (st.warning if cleaned is not None else st.info)(note)
-if cleaned is None:
-    st.stop()
-reference, ref_notes = check_text(ref, what="reference") if ref else (None, [])
-for note in ref_notes:
-    st.warning(note)
+cleaned = ui.sentence_or_stop(text)
+reference = ui.optional_reference(ref)
 
 # -- the head switches ----------------------------------------------------------------------------------------
 st.markdown("#### Switch heads off")

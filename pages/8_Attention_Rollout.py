@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import check_text, rollout, rollout_dict, rollout_frame, view_stack
+from aiayn.analysis import rollout, rollout_dict, rollout_frame, view_stack
 from aiayn.examples import EXAMPLES
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.figures.rollout import rollout_layers
@@ -63,16 +63,10 @@ via_encoder = c5.toggle("Cross: through the encoder rollout", value=True, key="v
                         help="Multiply the cross rollout by the encoder's full rollout, so that it lands on the input "
                              "pieces rather than on the encoder's output positions.")
 
-cleaned, notes = check_text(text)
-for note in notes:
-    (st.warning if cleaned is not None else st.info)(note)
-if cleaned is None:
-    st.stop()
+cleaned = ui.sentence_or_stop(text)
 reference = None
 if mode == "forced":
-    reference, ref_notes = check_text(ref or by_sentence.get(cleaned, ""), what="reference")
-    for note in ref_notes:
-        st.warning(note)
+    reference = ui.optional_reference(ref or by_sentence.get(cleaned, ""))
     if reference is None:
         st.warning("Teacher-forced mode needs a reference translation; showing the model's own output instead.")
     elif not ref:

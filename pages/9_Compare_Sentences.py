@@ -11,7 +11,7 @@ import numpy as np
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import align_maps, check_text
+from aiayn.analysis import align_maps
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.figures.compare import difference_heatmap
 
@@ -74,16 +74,12 @@ for name, value, used in (("a", text_a, True), ("b", text_b, True), ("ra", ref_a
 
 def run_sentence(name: str, text: str, ref: str):
     """The Translation of one sentence (teacher-forced on ``ref`` in forced mode), or None after a message."""
-    cleaned, notes = check_text(text)
-    for note in notes:
-        (st.warning if cleaned is not None else st.info)(f"Sentence {name}: {note}")
+    cleaned = ui.checked_text(text, prefix=f"Sentence {name}: ")
     if cleaned is None:
         return None
     reference = None
     if mode == "forced":
-        reference, ref_notes = check_text(ref, what="reference") if (ref or "").strip() else (None, [])
-        for note in ref_notes:
-            st.warning(f"Reference {name}: {note}")
+        reference = ui.optional_reference(ref, prefix=f"Reference {name}: ")
         if reference is None:
             st.warning(f"Sentence {name} has no reference; showing the model's own output for it instead.")
     try:

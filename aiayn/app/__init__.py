@@ -46,15 +46,16 @@ from .models import (
     model_card,
     warm_imports,
 )
+from .inputs import checked_text, optional_reference, sentence_or_stop
 from .params import is_bool, is_float, is_int, number_param, warn_bad_param
 from .results import explain_sentence
 
 __all__ = [
     "COLORSCALE", "DEFAULT_DIRECTION", "DIRECTIONS", "DIRECTION_LABELS", "EXPORT_FORMATS", "PAGES",
     "PRESENTER_COLORSCALE", "PRESENTER_FONT_SIZE", "CheckpointInfo", "ModelUnavailable", "PageContext",
-    "checkpoint_info", "checkpoint_path", "checkpoints_dir", "download_buttons", "explain_sentence", "is_bool", "is_float",
-    "is_int", "load_translator", "model_card", "nav_query_params", "number_param", "page_exists", "page_link",
-    "plotly_config", "prepare_figure", "setup_page", "show_figure", "warm_imports",
+    "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "download_buttons", "explain_sentence", "is_bool", "is_float",
+    "is_int", "load_translator", "model_card", "nav_query_params", "optional_reference", "number_param", "page_exists", "page_link",
+    "plotly_config", "prepare_figure", "sentence_or_stop", "setup_page", "show_figure", "warm_imports",
     "warn_bad_param",
 ]
 

@@ -72,13 +72,26 @@ def attention_heatmap(
     )
     if show_values:
         trace.update(text=np.round(w, 2), texttemplate="%{z:.2f}", textfont=dict(size=10))
+    return heatmap_figure(trace, w.shape, title=title, x_title=x_title, y_title=y_title, height=height,
+                          template=template)
+
+
+def heatmap_figure(trace: go.Heatmap, shape: tuple[int, ...], *, title: str = "", x_title: str = "",
+                   y_title: str = "", height: int | None = None, template: str | None = None) -> go.Figure:
+    """One query x key heatmap trace in the house layout: category axes (queries top to bottom, keys slanted),
+    28 px rows up to 25 rows (18 px beyond), 380 to 1,100 px tall unless ``height`` is given.
+
+    Args:
+        trace: the ``go.Heatmap`` of a ``(Q, K)`` array.
+        shape: ``(Q, K)`` of that array.
+    """
     fig = go.Figure(trace)
-    cell = 28 if max(w.shape, default=0) <= 25 else 18
+    cell = 28 if max(shape, default=0) <= 25 else 18
     fig.update_layout(
         title=dict(text=title) if title else None,
         xaxis=dict(title=x_title, type="category", tickangle=-60, side="bottom"),
         yaxis=dict(title=y_title, type="category", autorange="reversed"),
-        height=height or int(min(1100, max(380, 160 + cell * w.shape[0]))),
+        height=height or int(min(1100, max(380, 160 + cell * shape[0]))),
         margin=dict(l=10, r=10, t=60 if title else 20, b=10),
     )
     if template:

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .attention import plotly_safe
+from .attention import heatmap_figure, plotly_safe
 
 #: diverging, colour-blind-safe colour scale (ColorBrewer RdBu: negative red, positive blue)
 DIFF_COLORSCALE = "RdBu"
@@ -67,15 +67,5 @@ def difference_heatmap(
     )
     if show_values:
         trace.update(texttemplate="%{z:+.2f}", textfont=dict(size=10))
-    fig = go.Figure(trace)
-    cell = 28 if max(d.shape, default=0) <= 25 else 18
-    fig.update_layout(
-        title=dict(text=title) if title else None,
-        xaxis=dict(title=x_title, type="category", tickangle=-60, side="bottom"),
-        yaxis=dict(title=y_title, type="category", autorange="reversed"),
-        height=height or int(min(1100, max(380, 160 + cell * d.shape[0]))),
-        margin=dict(l=10, r=10, t=60 if title else 20, b=10),
-    )
-    if template:
-        fig.update_layout(template=template)
-    return fig
+    return heatmap_figure(trace, d.shape, title=title, x_title=x_title, y_title=y_title, height=height,
+                          template=template)

@@ -1,0 +1,37 @@
+"""What a user types, checked on every page the same way: :func:`aiayn.analysis.check_text` cleans it and says
+what it changed; here each note is shown (a warning when text is left to translate, an info line when nothing
+is), so bad input gets a clear message and never a traceback. Not a paper section.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from ..analysis import check_text
+
+
+def checked_text(text: object, *, what: str = "sentence", prefix: str = "") -> str | None:
+    """The cleaned ``text``, or None when nothing is left; every note of :func:`~aiayn.analysis.check_text` is
+    shown, prefixed with ``prefix`` (e.g. ``"Sentence A: "``)."""
+    cleaned, notes = check_text(text, what=what)
+    for note in notes:
+        if cleaned is not None:
+            st.warning(prefix + note, icon=":material/warning:")
+        else:
+            st.info(prefix + note, icon=":material/edit:")
+    return cleaned
+
+
+def sentence_or_stop(text: object) -> str:
+    """The cleaned sentence; when nothing is left to translate, the note is shown and the page stops here."""
+    cleaned = checked_text(text)
+    if cleaned is None:
+        st.stop()
+    return cleaned
+
+
+def optional_reference(ref: object, *, prefix: str = "") -> str | None:
+    """The cleaned reference, or None when the box is empty (nothing shown) or holds nothing usable (the note
+    is shown)."""
+    if not isinstance(ref, str) or not ref.strip():
+        return None
+    return checked_text(ref, what="reference", prefix=prefix)
