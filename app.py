@@ -36,17 +36,40 @@ PAGE_BLURBS = {
 }
 
 
-def _bleu_entries(meta: dict) -> list[tuple[str, float]]:
-    """(name, value) of every BLEU-like number in checkpoint metadata (top level and one level down)."""
-    found = []
-    for k, v in meta.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and "bleu" in k.lower():
-            found.append((k, float(v)))
-        elif isinstance(v, dict) and k != "train_config":
-            for k2, v2 in v.items():
-                if isinstance(v2, (int, float)) and not isinstance(v2, bool) and "bleu" in k2.lower():
-                    found.append((f"{k}.{k2}", float(v2)))
-    return found
+#: readable names of the scores a checkpoint records (``meta["test_scores"]``, :func:`record_scores`)
+SCORE_NAMES = {"test_bleu": "test BLEU", "test_chrf": "chrF", "dictionary_baseline_bleu": "dictionary baseline BLEU",
+               "dictionary_baseline_chrf": "chrF"}
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+
+def _readable(key: str) -> str:
+    """``"valid_bleu"`` -> ``"valid BLEU"``: a metadata key as words."""
+    return " ".join({"bleu": "BLEU", "chrf": "chrF"}.get(w.lower(), w) for w in key.split("_"))
+
+
+def score_line(meta: dict) -> str | None:
+    """The checkpoint's scores as one readable line, e.g. ``"test BLEU 6.5, chrF 27.0 (dictionary baseline BLEU
+    1.7, chrF 25.9) on 1,000 held-out test sentences"``; other BLEU-like numbers of the metadata (top level)
+    are named in words. None when there is no score."""
+    sc = meta.get("test_scores") if isinstance(meta.get("test_scores"), dict) else {}
+    model = [f"{SCORE_NAMES[k]} {v:.1f}" for k in ("test_bleu", "test_chrf") if (v := _number(sc.get(k))) is not None]
+    base = [f"{SCORE_NAMES[k]} {v:.1f}" for k in ("dictionary_baseline_bleu", "dictionary_baseline_chrf")
+            if (v := _number(sc.get(k))) is not None]
+    parts = []
+    if model or base:
+        text = ", ".join(model) if model else "no test score"
+        if base:
+            text += f" ({', '.join(base)})"
+        n = sc.get("n_sentences")
+        if isinstance(n, int) and not isinstance(n, bool):
+            text += f" on {n:,} held-out test sentences"
+        parts.append(text)
+    parts += [f"{_readable(k)} {_number(v):.1f}" for k, v in meta.items()
+              if "bleu" in k.lower() and _number(v) is not None]
+    return "; ".join(parts) or None
 
 
 def model_card_brief(ctx: ui.PageContext) -> None:
@@ -57,7 +80,7 @@ def model_card_brief(ctx: ui.PageContext) -> None:
     except ui.ModelUnavailable as exc:
         st.error(f"**No {ui.DIRECTION_LABELS[ctx.direction]} model could be loaded.** {exc}\n\n"
                  f"Expected a checkpoint directory at `{ctx.checkpoint}`. The pages that need a model "
-                 "will say so; the others still work.", icon="🚫")
+                 "will say so; the others still work.", icon=":material/block:")
         return
     cfg, meta = info.cfg, info.meta
     n_params = meta.get("num_parameters")
@@ -87,10 +110,10 @@ def model_card_brief(ctx: ui.PageContext) -> None:
     st.markdown(" · ".join(facts))
     verdict = quality_verdict(meta)
     if verdict is not None:
-        (st.success if verdict[0] == "beats" else st.info)(verdict[1], icon="✅" if verdict[0] == "beats" else "📏")
-    bleus = _bleu_entries(meta)
-    if bleus:
-        st.markdown("**BLEU** (sacreBLEU, detokenised): " + ", ".join(f"{k} = {v:.1f}" for k, v in bleus))
+        (st.success if verdict[0] == "beats" else st.info)(verdict[1], icon=":material/check_circle:" if verdict[0] == "beats" else ":material/straighten:")
+    scores = score_line(meta)
+    if scores:
+        st.markdown(f"**Scores** (sacreBLEU and chrF on detokenised text): {scores}.")
     else:
         st.caption("No test BLEU recorded in this checkpoint's metadata (see MODEL_CARD.md when present).")
     card = ui.model_card(info.path)
@@ -100,8 +123,9 @@ def model_card_brief(ctx: ui.PageContext) -> None:
 
 
 def main() -> None:
-    ctx = ui.setup_page("Attention Is All You Need, inside out", icon="🏠")
-    left, right = st.columns([3, 2], gap="large")
+    ctx = ui.setup_page("Attention Is All You Need, inside out", icon=":material/home:")
+    # equal columns: the architecture figure needs ~420 px at 1366 px for its labels to read at >= 12 px
+    left, right = st.columns([1, 1], gap="large")
     with left:
         st.markdown(
             """

@@ -6,6 +6,7 @@ one instance serves many threads at once (each call runs under ``torch.inference
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -126,10 +127,30 @@ class Translation:
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` if given, else CUDA when available, else CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device`` if given (checked: it must exist on this machine), else CUDA when available, else CPU.
+
+    Raises:
+        ValueError: an unknown device name (``"banana"``), a device torch does not run the model on here
+            (``"cuda"`` without CUDA, ``"cuda:3"`` on a machine with fewer GPUs, ``"mps"`` without MPS).
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"unknown device {str(device)!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r} asked for but CUDA is not available on this machine "
+                             f"(torch {torch.__version__}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} asked for but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {str(device)!r} asked for but MPS is not available on this machine; use --device cpu")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
+    return dev
 
 
 class Translator:
@@ -156,7 +177,8 @@ class Translator:
 
         Raises:
             FileNotFoundError: the directory or one of its files is missing (named in the message).
-            ValueError: a file is truncated, corrupt or foreign (named in the message).
+            ValueError: a file is truncated, corrupt or foreign (named in the message); an unknown or
+                unavailable ``device`` (:func:`pick_device`).
         """
         d = Path(path) if path is not None else default_checkpoint()
         model, config = load_checkpoint(d, device=pick_device(device))
@@ -218,7 +240,7 @@ class Translator:
         Args:
             texts: source sentences.
             beam_size: beam width (paper: 4).
-            length_penalty: GNMT alpha (paper: 0.6).
+            length_penalty: GNMT alpha (paper: 0.6), a finite number >= 0 (0 disables the penalty).
             max_len: maximum output pieces; default source length + 50 (Section 6.1).
             n_best: hypotheses listed in ``Translation.nbest``.
             use_cache: key/value cache (identical output, faster).
@@ -229,17 +251,24 @@ class Translator:
                 it. The maps of a removed head are still computed. None (default) and all ones give the same.
 
         Raises:
-            ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings, a
+            ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings
+                (``beam_size``, ``n_best`` or ``max_len`` not a positive integer, ``length_penalty`` negative or
+                not finite), a
                 ``head_mask`` of the wrong shape or dtype.
         """
         if isinstance(texts, str):
             raise ValueError("translate_batch takes a list of texts; use translate() for one text")
         if not texts:
             return []
-        if not isinstance(beam_size, int) or beam_size < 1:
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
             raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-        if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
+        if max_len is not None and (not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1):
             raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+        if (not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool)
+                or not math.isfinite(length_penalty) or length_penalty < 0):
+            raise ValueError(f"length_penalty (alpha) must be a finite number >= 0 (paper: 0.6), got {length_penalty!r}")
+        if not isinstance(n_best, int) or isinstance(n_best, bool) or n_best < 1:
+            raise ValueError(f"n_best must be a positive integer, got {n_best!r}")
         head_mask = self.model.check_head_mask(head_mask)
         t0 = time.perf_counter()
         encoded = []
@@ -340,6 +369,18 @@ class Translator:
         return tr, probs
 
 
+def cli_option_error(*, beam_size: int | None = None, alpha: float | None = None, max_len: int | None = None) -> str | None:
+    """The message for a bad ``--beam-size`` (< 1), ``--alpha`` (negative or not finite) or ``--max-len``
+    (< 1) of a command line, or None when all given values are valid (a None argument is not checked)."""
+    if beam_size is not None and beam_size < 1:
+        return f"--beam-size must be >= 1 (paper: 4), got {beam_size}"
+    if alpha is not None and not (math.isfinite(alpha) and alpha >= 0):
+        return f"--alpha must be a finite number >= 0 (paper: 0.6; 0 disables the length penalty), got {alpha}"
+    if max_len is not None and max_len < 1:
+        return f"--max-len must be >= 1, got {max_len}"
+    return None
+
+
 def cli_main(argv: list[str]) -> int:
     """``aiayn translate [--checkpoint DIR] [--beam-size 4] [--alpha 0.6] TEXT...`` (stdin when no TEXT)."""
     ap = argparse.ArgumentParser(prog="aiayn translate", description="Translate text with a checkpoint (beam search, Section 6.1).")
@@ -352,6 +393,10 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--pieces", action="store_true", help="also print the source and output pieces")
     args = ap.parse_args(argv)
+    bad = cli_option_error(beam_size=args.beam_size, alpha=args.alpha, max_len=args.max_len)
+    if bad:
+        print(f"aiayn translate: {bad}", file=sys.stderr)
+        return 2
     path = args.checkpoint or default_checkpoint(args.direction or DEFAULT_DIRECTION)
     try:
         tr = Translator.load(path, device=args.device)

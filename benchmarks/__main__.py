@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--compile-timeout", type=_positive_float, default=None, help="seconds allowed to each torch.compile race (default 600, quick 180)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile races (reported n/a)")
     ap.add_argument("--peak-tflops", type=_positive_float, default=None, help="GPU bf16 peak for MFU when the card is not in the table")
-    ap.add_argument("--chromium", default=None, help="Chromium executable for the app group (default /usr/bin/chromium)")
+    ap.add_argument("--chromium", default=None, help="Chromium executable for the app and classroom groups (default /usr/bin/chromium)")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     return ap
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from . import ablation, app, capture, decode, memory, training
+    from . import ablation, app, capture, classroom, decode, memory, training
     from .common import Context, set_threads, shipped_checkpoint
     from .machine import machine_info
     from .report import Row, build_result, na, table, targets_table, write_json
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info([sys.executable, "-m", "benchmarks", *argv])
     machine["torch_threads"] = torch.get_num_threads()
     runners = {"train": training.run, "capture": capture.run, "decode": decode.run, "memory": memory.run, "app": app.run,
-               "ablation": ablation.run}
+               "ablation": ablation.run, "classroom": classroom.run}
     rows: list[Row] = []
     t_start = time.perf_counter()
     for group in args.only:

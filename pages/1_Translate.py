@@ -1,51 +1,66 @@
-"""Translate: beam search (Section 6.1) on a typed sentence, n-best list, pieces, cross-attention alignment."""
+"""Translate: beam search (Section 6.1) on a typed sentence, n-best list, pieces, cross-attention alignment.
+Input longer than SPLIT_ABOVE characters is split into sentences here (the Translator itself cuts over-long input
+and flags it as truncated), translated one by one, and shown joined."""
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 import streamlit as st
 
 from aiayn import app as ui
-from aiayn.analysis import kind_stack, query_labels, unique_labels
+from aiayn.analysis import kind_stack, query_labels, split_sentences, unique_labels, unseen_script_share
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.evaluation.modelcard import quality_verdict
 
 DEFAULTS = {"en-de": "I have no time.", "de-en": "Ich habe keine Zeit."}
 BEAM_MAX = 16
+LANGS = {"en": "English", "de": "German"}
+MAX_INPUT = 5000  # characters the page accepts (longer input is cut, with a note)
+SPLIT_ABOVE = 300  # input longer than this is split into sentences (aiayn.analysis.split_sentences)
+UNSEEN_SHARE = 0.3  # share of letters in another script, or of byte pieces, from which the page says so
+MARKUP = re.compile(r"([\\`*_\[\]<>$~|#])")  # markdown / LaTeX markup, escaped by plain()
+BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # SentencePiece byte fallback: a character the vocabulary lacks
+
+
+def plain(text: str) -> str:
+    """``text`` shown literally in markdown (st.table cells are markdown): its markup characters escaped."""
+    return MARKUP.sub(r"\\\1", text)
 
 
 def chips(pieces: list[str]) -> str:
     return " ".join(f"`{p.replace('`', 'ˋ')}`" for p in pieces)
 
 
-ctx = ui.setup_page("Translate", icon="🌐")
+ctx = ui.setup_page("Translate", icon=":material/translate:")
 tr = ctx.translator
 cfg = tr.cfg
 
-# -- seed the form from the URL once per session (st.form widgets cannot be bound to the URL) -------------------
-if "tr_seeded" not in st.session_state or st.session_state.get("tr_dir") != ctx.direction:
-    first = "tr_seeded" not in st.session_state
-    url_text = st.query_params.get("text") if first else None
-    prev = st.session_state.get("tr_text")
-    if url_text is not None:
-        st.session_state.tr_text = url_text
-    elif prev is None or prev == DEFAULTS.get(st.session_state.get("tr_dir", ""), None):
-        st.session_state.tr_text = DEFAULTS[ctx.direction]
-    if first:
-        st.session_state.tr_beam = ui.number_param("beam", 1, BEAM_MAX) or 4
-        a = ui.number_param("alpha", 0.0, 2.0, kind=float)
-        st.session_state.tr_alpha = 0.6 if a is None else a
-        st.session_state.tr_maxlen = ui.number_param("maxlen", 1, cfg.max_len)
-    st.session_state.tr_seeded = True
-    st.session_state.tr_dir = ctx.direction
+# -- form state. The form's widgets keep their values when the user visits another page and comes back
+# (persist_state="session"; without it Streamlit drops the state of widgets a run does not draw, and the page
+# came back with an empty box and beam 1, alpha 0, max length 1). The URL seeds them on the first visit and
+# whenever it carries a `text` this page did not write itself (a shared link, the browser's back button).
+url_text = st.query_params.get("text")
+if "tr_text" not in st.session_state or (url_text is not None and url_text != st.session_state.get("tr_url_text")):
+    st.session_state.tr_text = DEFAULTS[ctx.direction] if url_text is None else url_text
+    st.session_state.tr_beam = ui.number_param("beam", 1, BEAM_MAX) or 4
+    a = ui.number_param("alpha", 0.0, 2.0, kind=float)
+    st.session_state.tr_alpha = 0.6 if a is None else a
+    st.session_state.tr_maxlen = ui.number_param("maxlen", 1, cfg.max_len)
+elif st.session_state.get("tr_dir") not in (None, ctx.direction) and st.session_state.tr_text == DEFAULTS.get(
+        st.session_state.tr_dir):
+    st.session_state.tr_text = DEFAULTS[ctx.direction]  # direction switched: the other language's default sentence
+st.session_state.tr_dir = ctx.direction
 
 with st.form("translate", enter_to_submit=True, border=True):
     text = st.text_input(f"Sentence in {'English' if ctx.src_lang == 'en' else 'German'}", key="tr_text",
-                         max_chars=None, placeholder="Type a sentence and press Enter")
+                         max_chars=None, persist_state="session", placeholder="Type a sentence and press Enter")
     c1, c2, c3, c4 = st.columns([1, 1, 1, 1], vertical_alignment="bottom")
-    beam = c1.number_input("Beam size", 1, BEAM_MAX, step=1, key="tr_beam", help="1 = greedy decoding; paper: 4")
-    alpha = c2.slider("Length penalty α", 0.0, 2.0, step=0.1, key="tr_alpha",
+    beam = c1.number_input("Beam size", 1, BEAM_MAX, step=1, key="tr_beam", persist_state="session",
+                           help="1 = greedy decoding; paper: 4")
+    alpha = c2.slider("Length penalty α", 0.0, 2.0, step=0.1, key="tr_alpha", persist_state="session",
                       help="GNMT length penalty ((5+|Y|)/6)^α; paper: 0.6. 0 = raw log-probability.")
-    max_len = c3.number_input("Max output pieces", 1, cfg.max_len, step=1, key="tr_maxlen",
+    max_len = c3.number_input("Max output pieces", 1, cfg.max_len, step=1, key="tr_maxlen", persist_state="session",
                               placeholder="source + 50", help="Empty: source length + 50 (Section 6.1)")
     c4.form_submit_button("Translate", type="primary", width="stretch")
 
@@ -56,42 +71,93 @@ for name, value, default in (("text", text, None), ("beam", int(beam), 4), ("alp
         st.query_params.pop(name, None)
     else:
         st.query_params[name] = str(value)
+st.session_state.tr_url_text = st.query_params.get("text")  # what this page wrote (see the form state above)
 
-cleaned = ui.sentence_or_stop(text)
-
+# -- translate: long input sentence by sentence (the model was trained on single sentences) ---------------------
+cleaned = ui.sentence_or_stop(text, max_chars=MAX_INPUT)
+sentences = split_sentences(cleaned) if len(cleaned) > SPLIT_ABOVE else [cleaned]
 try:
-    result = ui.explain_sentence(ctx.direction, cleaned, beam_size=int(beam), length_penalty=float(alpha),
-                                 max_len=None if max_len is None else int(max_len), n_best=int(beam))
+    results = [ui.explain_sentence(ctx.direction, s, beam_size=int(beam), length_penalty=float(alpha),
+                                   max_len=None if max_len is None else int(max_len), n_best=int(beam))
+               for s in sentences]
 except ValueError as exc:
     st.error(f"Could not translate: {exc}")
     st.stop()
 except ui.ModelUnavailable as exc:
     st.error(f"The model could not be loaded: {exc}")
     st.stop()
+n = len(results)
 
-if result.truncated:
-    st.warning(f"The sentence is longer than the model accepts ({cfg.max_len} pieces); it was cut.", icon="✂️")
-if not result.finished:
-    st.warning("The translation stopped at the maximum output length before the end-of-sentence token.", icon="⏱️")
+# a script the model never saw: letters outside the Latin script, or source pieces that are raw bytes
+share, scripts = unseen_script_share(cleaned)
+src_pieces = [p for r in results for p in r.src_tokens if p not in ("</s>", "\u2581")]
+n_bytes = sum(bool(BYTE_PIECE.fullmatch(p)) for p in src_pieces)
+if share >= UNSEEN_SHARE or (src_pieces and n_bytes / len(src_pieces) >= UNSEEN_SHARE):
+    names = ", ".join(x if x == "CJK" else x.title() for x in scripts)
+    seen = f"{share:.0%} of the letters are in a script it never saw ({names}); " if scripts else ""
+    st.warning(f"**This model only knows English and German** (it was trained on {LANGS[ctx.src_lang]} → "
+               f"{LANGS[ctx.tgt_lang]} sentence pairs). {seen}{n_bytes} of the {len(src_pieces)} source pieces are "
+               "raw bytes (`<0x..>`): its vocabulary has no piece for those characters. The output below is not a "
+               f"translation; type {LANGS[ctx.src_lang]}.", icon=":material/translate:")
+if n > 1:
+    st.info(f"The input is {len(cleaned):,} characters long (more than {SPLIT_ABOVE}), so it was split into **{n} "
+            "sentences** (after . ! ? … followed by a space, and after the CJK full stop, exclamation and question "
+            "marks) and each was translated on its own: the model was trained on single sentences. Pick a sentence "
+            "below for its n-best list, pieces and alignment.", icon=":material/segment:")
+cut = [i + 1 for i, r in enumerate(results) if r.truncated]
+unfinished = [i + 1 for i, r in enumerate(results) if not r.finished]
+numbers = (lambda idx: ("Sentence " if len(idx) == 1 else "Sentences ") + ", ".join(str(i) for i in idx[:8])
+           + (f" and {len(idx) - 8} more" if len(idx) > 8 else ""))
+if cut:
+    st.warning(("The sentence is" if n == 1 else numbers(cut) + (" is" if len(cut) == 1 else " are"))
+               + f" longer than the model accepts ({cfg.max_len} pieces); it was cut.", icon=":material/content_cut:")
+if unfinished:
+    st.warning(("The translation" if n == 1 else f"{numbers(unfinished)}: the translation") + " stopped at the "
+               "maximum output length before the end-of-sentence token.", icon=":material/timer:")
 
 st.markdown("#### Translation")
-st.subheader(result.text or "∅ (empty output)", anchor=False)
+if n == 1:
+    st.subheader(results[0].text or "∅ (empty output)", anchor=False)
+else:
+    st.text(" ".join(r.text for r in results))
 verdict = quality_verdict(tr.meta)
 if verdict is not None:
     level, message = verdict
-    (st.caption if level == "beats" else st.info)(message, **({} if level == "beats" else {"icon": "📏"}))
+    if level == "beats":
+        st.caption(message)
+    else:
+        st.info(message, icon=":material/straighten:")
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Time", f"{result.elapsed_ms:.0f} ms", help="Wall time of the beam search, this server")
-m2.metric("Score", f"{result.score:.3f}", help="Length-normalised log-probability (natural log) the beam ranked by")
-m3.metric("Source pieces", len(result.src_tokens))
-m4.metric("Output pieces", len(result.output_tokens))
+m1.metric("Time", f"{sum({s: r.elapsed_ms for s, r in zip(sentences, results)}.values()):.0f} ms",
+          help="Wall time of the beam search, this server" + (" (each distinct sentence once)" if n > 1 else ""))
+if n == 1:
+    m2.metric("Score", f"{results[0].score:.3f}", help="Length-normalised log-probability (natural log) the beam "
+              "ranked by")
+else:
+    m2.metric("Sentences", n, help=f"Input longer than {SPLIT_ABOVE} characters is translated sentence by sentence")
+m3.metric("Source pieces", sum(len(r.src_tokens) for r in results))
+m4.metric("Output pieces", sum(len(r.output_tokens) for r in results))
 
-left, right = st.columns([2, 3], gap="large")
-with left:
+pick = 1
+if n > 1:
+    with st.expander(f"Sentence by sentence ({n})"):
+        st.table(pd.DataFrame({"#": range(1, n + 1), "score": [f"{r.score:.3f}" for r in results],
+                               "source": [plain(x) for x in sentences],
+                               "translation": [plain(r.text) for r in results]}), hide_index=True)
+    ui.warn_bad_param("sent", [str(i) for i in range(1, n + 1)], f"the sentence must be 1 to {n}")
+    s1, s2 = st.columns([1, 3], vertical_alignment="bottom")
+    pick = s1.selectbox("Sentence shown below", list(range(1, n + 1)), key="sent", bind="query-params",
+                        help="Its n-best list, pieces and alignment")
+    pick = pick if pick in range(1, n + 1) else 1
+    s2.markdown(f"**{pick}:** {plain(sentences[pick - 1])}")
+result = results[pick - 1]
+
+left, right = st.columns([1, 1], gap="large")
+with left:  # a table that wraps (even inside long words): long hypotheses are shown in full, the score stays in view
+    st.html("<style>[data-testid=stTable] td:last-child p { overflow-wrap: anywhere !important; }</style>")
     st.markdown(f"**n-best list** (beam size {int(beam)}, α = {float(alpha):.1f})")
-    st.dataframe(pd.DataFrame({"rank": range(1, len(result.nbest) + 1), "translation": [t for t, _ in result.nbest],
-                               "score": [s for _, s in result.nbest]}),
-                 hide_index=True, width="stretch", column_config={"score": st.column_config.NumberColumn(format="%.3f")})
+    st.table(pd.DataFrame({"rank": range(1, len(result.nbest) + 1), "score": [f"{s:.3f}" for _, s in result.nbest],
+                           "translation": [plain(t) or "∅" for t, _ in result.nbest]}), hide_index=True)
 with right:
     st.markdown("**SentencePiece pieces** (`▁` marks the start of a word)")
     st.markdown("Source: " + chips(result.src_tokens))
@@ -121,8 +187,8 @@ fig = attention_heatmap(
 )
 ui.show_figure(fig, key="alignment", filename=f"alignment_{ctx.direction}_L{layer}_{what.replace(' ', '_')}")
 ui.download_buttons(lambda: result.attention.to_dataframe(kinds=["cross"]), lambda: result.attention.to_json(),
-                    f"attention_{ctx.direction}", key="tr-dl")
+                    f"attention_{ctx.direction}" + (f"_sentence{pick}" if n > 1 else ""), key="tr-dl")
 
 explorer_params = ui.nav_query_params(text=result.source, kind="cross", layer=layer, head=head)
-ui.page_link("pages/2_Attention_Explorer.py", label="Open this sentence in the attention explorer", icon="🔍",
-             query_params=explorer_params)
+ui.page_link("pages/2_Attention_Explorer.py", label="Open this sentence in the attention explorer",
+             icon=":material/search:", query_params=explorer_params)

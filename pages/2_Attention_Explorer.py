@@ -9,10 +9,12 @@ import streamlit as st
 
 from aiayn import app as ui
 from aiayn.app.explorer import (
+    TAB_LABELS,
     ExplorerView,
     all_heads_tab,
     head_stats_tab,
     one_head_tab,
+    presenter_layout,
     step_tab,
 )
 from aiayn.app.history import history_tab
@@ -22,25 +24,31 @@ from aiayn.model.maps import KIND_TITLES
 KINDS = ["encoder", "decoder", "cross"]
 KIND_NAMES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Encoder-decoder (cross)"}
 MODES = ["free", "forced"]
-ctx = ui.setup_page("Attention explorer", icon="🔍")
+ctx = ui.setup_page("Attention explorer", icon=":material/search:")
 tr = ctx.translator
 cfg = tr.cfg
 L, H = cfg.n_layers, cfg.n_heads
 examples = EXAMPLES[ctx.direction]
 by_sentence = {s: (ref, hint) for s, ref, hint in examples}
 
-# -- sentence: URL seeds the form once per session; curated examples fill it -----------------------------------
-if "ex_seeded" not in st.session_state or st.session_state.get("ex_dir") != ctx.direction:
-    first = "ex_seeded" not in st.session_state
-    url_text = st.query_params.get("text") if first else None
-    prev = st.session_state.get("ex_text")
-    old_defaults = {e[0] for ex in EXAMPLES.values() for e in ex}
-    if url_text is not None:
+# -- sentence and reference. The form's boxes keep their values when the user visits another page and comes back
+# (persist_state="session"); the URL seeds them on the first visit and whenever it carries a `text` this page did
+# not write itself (a shared link, Translate's "open in the explorer", the browser's back button). A newly typed
+# sentence gets its curated reference, or an empty box: never the previous sentence's reference.
+url_text = st.query_params.get("text")
+last_text, last_ref = st.session_state.get("ex_last", (None, None))
+if "ex_text" not in st.session_state or (url_text is not None and url_text != st.session_state.get("ex_url_text")):
+    if url_text is None:
+        st.session_state.ex_text, st.session_state.ex_ref = examples[0][0], examples[0][1]
+    else:
         st.session_state.ex_text = url_text
         st.session_state.ex_ref = st.query_params.get("ref", by_sentence.get(url_text, ("", ""))[0])
-    elif prev is None or prev in old_defaults:
-        st.session_state.ex_text, st.session_state.ex_ref = examples[0][0], examples[0][1]
-    st.session_state.ex_seeded, st.session_state.ex_dir = True, ctx.direction
+elif st.session_state.get("ex_dir") not in (None, ctx.direction) and st.session_state.ex_text in {
+        e[0] for e in EXAMPLES.get(st.session_state.ex_dir, ())}:
+    st.session_state.ex_text, st.session_state.ex_ref = examples[0][0], examples[0][1]  # the other language's
+elif st.session_state.ex_text != last_text and st.session_state.get("ex_ref") == last_ref:
+    st.session_state.ex_ref = by_sentence.get(st.session_state.ex_text, ("", ""))[0]
+st.session_state.ex_dir = ctx.direction
 
 
 def _pick_example() -> None:
@@ -50,24 +58,31 @@ def _pick_example() -> None:
         st.session_state.ex_ref = by_sentence[choice][0]
 
 
-top_left, top_right = st.columns([3, 2], gap="large")
+# Layout (issue 14): the sentence form in one row, examples and decoder input beside it, the model output and the
+# hint in one row below, then the view: at 1366 x 768 the heatmap starts above the fold.
+top_left, top_right = st.columns([3, 1], gap="medium", vertical_alignment="bottom")
 with top_right:
     st.selectbox("Curated examples", [e[0] for e in examples], index=None, key="ex_pick", on_change=_pick_example,
                  placeholder="Pick a sentence with a hint…")
     ui.warn_bad_param("mode", MODES, "the mode must be free or forced")
     mode = st.radio("Decoder input", MODES, key="mode", bind="query-params", horizontal=True,
-                    captions=["model's own output (beam 4)", "a reference you give"],
-                    help="Free-running: the model decodes with beam search and we show the maps of its output. "
-                         "Teacher-forced: the reference is fed to the decoder (as in training).")
+                    help="free: the model's own output (beam search, beam 4): the model decodes and we show the "
+                         "maps of its output. forced: a reference you give is fed to the decoder (as in training).")
     mode = mode if mode in MODES else "free"
 with top_left:
     with st.form("explore", enter_to_submit=True, border=True):
-        text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", key="ex_text", placeholder="Type a sentence")
-        ref = st.text_input(f"Reference translation ({ctx.tgt_lang.upper()}, teacher-forced mode)", key="ex_ref",
-                            disabled=False, placeholder="Used only when the decoder input is 'forced'")
-        st.form_submit_button("Show attention", type="primary")
+        f_text, f_ref, f_go = st.columns([4, 4, 3.4] if ctx.presenter else [5, 4, 2.6], vertical_alignment="bottom")
+        with f_text:
+            text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", key="ex_text", persist_state="session",
+                                 placeholder="Type a sentence")
+        with f_ref:
+            ref = st.text_input(f"Reference translation ({ctx.tgt_lang.upper()}, teacher-forced mode)", key="ex_ref",
+                                persist_state="session", placeholder="Used only when the decoder input is 'forced'")
+        with f_go:
+            st.form_submit_button("Show attention", type="primary", width="stretch")
 
 st.query_params["text"] = text or ""
+st.session_state.ex_url_text, st.session_state.ex_last = text or "", (text, ref)  # see the sentence state above
 if mode == "forced" and ref:
     st.query_params["ref"] = ref
 else:
@@ -80,9 +95,6 @@ if mode == "forced":
     if reference is None:
         st.warning("Teacher-forced mode needs a reference translation; showing the model's own output instead.")
         mode = "free"
-if cleaned in by_sentence:
-    st.info(f"**What to look for.** {by_sentence[cleaned][1]}", icon="💡")
-
 try:
     result = ui.explain_sentence(ctx.direction, cleaned, reference=reference)
 except ValueError as exc:
@@ -92,12 +104,15 @@ if result.truncated:
     st.warning(f"The sentence is longer than the model accepts ({cfg.max_len} pieces); it was cut.")
 
 label = "Model output" if result.mode == "free-running" else "Teacher-forced reference"
-st.markdown(f"**{label}:** {result.text or '∅'}  \n<small>source pieces: {len(result.src_tokens)} · "
-            f"decoder positions: {len(result.output_tokens)} · {result.elapsed_ms:.0f} ms</small>",
-            unsafe_allow_html=True)
+out_col, hint_col = st.columns([2, 3], vertical_alignment="center") if cleaned in by_sentence else (st.container(), None)
+out_col.markdown(f"**{label}:** {result.text or '∅'}  \n<small>source pieces: {len(result.src_tokens)} · "
+                 f"decoder positions: {len(result.output_tokens)} · {result.elapsed_ms:.0f} ms</small>",
+                 unsafe_allow_html=True)
+if hint_col is not None:
+    hint_col.info(f"**What to look for.** {by_sentence[cleaned][1]}", icon=":material/lightbulb:")
 
 # -- the view: a fragment, so a change of kind / layer / head / tab options reruns only this part ----------------
-TABS = ("🔎 One head", "🧩 All heads", "⏯ Step by step", "📊 Head statistics", "📈 Across training")
+TABS = tuple(TAB_LABELS.values())  # Material icons
 
 
 def _track_tab() -> None:
@@ -121,25 +136,26 @@ def view(result) -> None:
     ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
     for flag in ("words", "nospecial", "values"):
         ui.warn_bad_param(flag, ("true", "false", "True", "False", "1", "0"), f"{flag} must be true or false")
-    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    presenter_layout(ctx.presenter)
+    if ctx.presenter:  # large type: the head buttons get a row of their own
+        (c1, c2, c4), c3 = st.columns([4, 1.5, 2], vertical_alignment="bottom"), st.container()
+    else:
+        c1, c2, c3, c4 = st.columns([3, 1.3, 5, 1.7], vertical_alignment="bottom")
     kind = c1.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
                                 help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
                                      "cross = encoder-decoder attention (Section 3.2.3)")
     layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-    head = st.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
+    head = c3.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
     kind = kind if kind in KINDS else "cross"
     layer = layer if layer in layer_opts else layer_opts[-1]
     head = head if head in head_opts else "mean"
-    t1, t2, t3 = st.columns(3)
-    words = t1.toggle("Merge into words", key="words", bind="query-params",
-                      help="Attention to a word = sum over its pieces; from a word = mean over its pieces.")
-    hide = t2.toggle("Hide <s> and </s>", key="nospecial", bind="query-params",
-                     help="Leave out the special tokens (rows are not renormalised).")
-    values = t3.toggle("Write weights in cells", key="values", bind="query-params")
-
-    st.caption(f"{KIND_NAMES[kind]}: {KIND_TITLES[kind]}. Rows are queries, columns keys; each row sums to 1. "
-               + ("Decoder rows are labelled *decoder input → output*: the piece fed to the decoder at that position "
-                  "(BOS-shifted) and the piece the model predicted there." if kind != "encoder" else ""))
+    with c4.popover("Options", icon=":material/tune:", width="stretch"):  # the less used toggles
+        words = st.toggle("Merge into words", key="words", bind="query-params",
+                          help="Attention to a word = sum over its pieces; from a word = mean over its pieces. "
+                               "Punctuation is a word of its own.")
+        hide = st.toggle("Hide <s> and </s>", key="nospecial", bind="query-params",
+                         help="Leave out the special tokens (rows are not renormalised).")
+        values = st.toggle("Write weights in cells", key="values", bind="query-params")
 
     v = ExplorerView(ctx, result, kind, int(layer), None if head == "mean" else int(head), words=words,
                      hide_special=hide, values=values)
@@ -170,6 +186,10 @@ def view(result) -> None:
         if _render(tab_hist):
             history_tab(v)
 
+    st.caption(f"{KIND_NAMES[kind]}: {KIND_TITLES[kind]}. Rows are queries, columns keys; each row sums to 1. "
+               + ("Decoder rows are labelled *decoder input → output*: the piece fed to the decoder at that position "
+                  "(BOS-shifted) and the piece the model predicted there (with *Merge into words*: the word fed and "
+                  "the pieces predicted at its positions)." if kind != "encoder" else ""))
     st.markdown("##### Download the maps")
     st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
                "columns count from 0).")

@@ -13,6 +13,8 @@ from aiayn import app as ui
 from aiayn.figures import labs
 
 MAX_SIM = 256  # positions in the similarity matrix (P x P cells)
+MAX_CURVES = 8  # dimensions drawn as sinusoids at once
+DEFAULT_CURVE_POSITIONS = 100  # the sinusoids are drawn over positions 0..100 by default
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -35,7 +37,7 @@ def norms(checkpoint: str, model_id: int, _model) -> pd.DataFrame:  # noqa: ARG0
     return lessons.embedding_norms(_model)
 
 
-ctx = ui.setup_page("Positional encoding", icon="〰️", intro=(
+ctx = ui.setup_page("Positional encoding", icon=":material/waves:", intro=(
     "The Transformer has no recurrence, so it **adds** a position signal to each token embedding "
     "(Section 3.5): $PE_{(pos,2i)} = \\sin(pos/10000^{2i/d_{model}})$, "
     "$PE_{(pos,2i+1)} = \\cos(pos/10000^{2i/d_{model}})$."))
@@ -62,7 +64,7 @@ layout = c3.selectbox("Layout of the heatmap", ["interleaved", "concatenated"], 
 try:
     length, d_model = lessons.check_pe_size(length, d_model)
 except lessons.LessonInputError as exc:
-    st.error(f"**Cannot draw the table:** {exc}", icon="🚫")
+    st.error(f"**Cannot draw the table:** {exc}", icon=":material/block:")
     st.stop()
 
 # -- 1. the table -------------------------------------------------------------------------------------------
@@ -80,17 +82,40 @@ st.header("2 · Each dimension is a sinusoid")
 st.markdown("Each pair of dimensions (2i, 2i+1) is a sine and a cosine of one frequency; the wavelengths grow "
             "geometrically **from 2π to 10000·2π** positions, so low dimensions tell neighbours apart and high "
             "dimensions change slowly across the whole sentence.")
-default_dims = ", ".join(str(d) for d in dict.fromkeys([0, 1, min(4, d_model - 2), d_model // 2, d_model - 2]))
-dims_text = st.text_input("Dimensions to plot (comma-separated)", value=default_dims, key="dims", bind="query-params")
+default_dims = ", ".join(str(d) for d in dict.fromkeys(2 * (d_model * f // 16) for f in (0, 1, 2, 4)))  # λ ≈ 6, 20, 63, 628
+c1, c2 = st.columns(2)
+dims_text = c1.text_input(f"Dimensions to plot (comma-separated, at most {MAX_CURVES})", value=default_dims, key="dims",
+                          bind="query-params", help="Even dimensions are sines, odd ones cosines. Default: four "
+                          "wavelengths a factor of about 3 to 10 apart.")
+last = length - 1
+default_range = (0, min(DEFAULT_CURVE_POSITIONS, last))
+raw_range = st.query_params.get_all("positions")
+bad_range = bool(raw_range) and not (len(raw_range) == 2 and all(ui.is_int(r) and 0 <= int(r) <= last for r in raw_range)
+                                     and int(raw_range[0]) <= int(raw_range[1]))
+if bad_range:
+    st.warning(f"Ignored the URL parameter `positions={'&'.join(r[:10] for r in raw_range[:3])}`: expected two whole "
+               f"numbers from 0 to {last}, the first not larger. Showing the default instead.", icon=":material/warning:")
+held = st.session_state.get("positions")
+if isinstance(held, (tuple, list)) and len(held) == 2 and not all(0 <= int(v) <= max(last, 1) for v in held):
+    # the length shrank below the chosen range: clamp it before the slider is drawn (it would raise otherwise)
+    st.session_state["positions"] = tuple(sorted(min(max(int(v), 0), last) for v in held))
+pos_range = c2.slider("Positions shown", 0, max(last, 1), default_range, key="positions",
+                      bind="query-params", disabled=last < 1, help="A short range keeps the waves apart.")
 try:
     dims = lessons.parse_int_list(dims_text, "dimensions")
+    if len(dict.fromkeys(dims)) > MAX_CURVES:
+        raise lessons.LessonInputError(f"choose at most {MAX_CURVES} dimensions (got {len(dict.fromkeys(dims))}): "
+                                       "more curves are a tangle")
     curves = lessons.pe_curves(length, d_model, dims)
 except lessons.LessonInputError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
     curves = None
 if curves is not None:
-    ui.show_figure(labs.pe_curves_figure(curves, presenter=ctx.presenter), key="pe_curves", filename="pe_curves")
-    ui.download_buttons(curves, curves.to_json(orient="records"), "pe_curves")
+    # the bound slider may still hold a bad URL value (e.g. a reversed range): draw the default then
+    lo, hi = default_range if bad_range else sorted(min(max(int(v), 0), last) for v in pos_range)
+    curves = curves[curves["position"].between(lo, hi)].reset_index(drop=True)
+    ui.show_figure(labs.pe_curves_figure(curves, presenter=ctx.presenter), key="pe_curves", filename=f"pe_curves_{lo}-{hi}")
+    ui.download_buttons(curves, curves.to_json(orient="records"), f"pe_curves_{lo}-{hi}", key="pe_curves")
 wl = lessons.wavelengths(d_model)
 ui.show_figure(labs.wavelength_figure(wl, presenter=ctx.presenter), key="wavelengths", filename="pe_wavelengths")
 st.caption(f"Shortest wavelength {wl[0]:.4f} (= 2π), longest {wl[-1]:,.1f} (→ 10000·2π = {10000 * 2 * np.pi:,.1f} "
@@ -120,7 +145,7 @@ k = st.number_input("Offset k", value=min(5, length - 1), step=1, key="k", bind=
 try:
     off = offset(int(k), length, d_model)
 except lessons.LessonInputError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
     off = None
 if off is not None:
     m1, m2 = st.columns(2)

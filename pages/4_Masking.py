@@ -52,7 +52,7 @@ def greedy_pair(checkpoint: str, model_id: int, src: tuple, _tr) -> tuple[str, s
     return _tr.tokenizer.decode(a), _tr.tokenizer.decode(b), _tr.pieces(a), _tr.pieces(b)
 
 
-ctx = ui.setup_page("Masking", icon="🎭", intro=(
+ctx = ui.setup_page("Masking", icon=":material/visibility_off:", intro=(
     "Two masks decide which keys a query may attend to (Section 3.2.3): the **padding mask** hides the pads that "
     "fill a batch, and the decoder's **look-ahead (causal) mask** hides future positions, \"ensuring that the "
     "predictions for position i can depend only on the known outputs at positions less than i\". Masked scores "
@@ -68,7 +68,7 @@ batch_text = st.text_area(f"A small batch of {ctx.src_lang} sentences, one per l
 try:
     batch = lessons.padded_batch(tr.tokenizer, batch_text.splitlines(), cfg.pad_id, eos_id=cfg.eos_id, max_len=min(cfg.max_len, 48))
 except lessons.LessonInputError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
     batch = None
 if batch is not None:
     st.caption(f"Tokenised with the loaded model's SentencePiece model; shorter sentences are filled with `<pad>` "
@@ -114,12 +114,12 @@ li, hi = int(layer) - 1, int(head) - 1  # layers and heads are numbered from 1 i
 no_mask = c5.toggle("Remove the look-ahead mask", key="nomask", bind="query-params",
                     help="Run the same decoder with a full (non-causal) self-attention mask: what leaks from the future?")
 if not text or not text.strip():
-    st.error("Type a source sentence to run the model on.", icon="✍️")
+    st.error("Type a source sentence to run the model on.", icon=":material/edit:")
     st.stop()
 try:
     pair = pair_for(*key_id, text, reference or "", tr)
 except ValueError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
     st.stop()
 st.markdown(f"Teacher-forced pass: the decoder is fed **{pair['mode']}**, "
             f"`{' '.join(pair['dec_in_pieces'])}`, and predicts `{' '.join(pair['target_pieces'])}`.")
@@ -141,13 +141,13 @@ with s3:
 with s4:
     ui.show_figure(labs.stage_heatmap(steps.weights, lab, title="④ softmax: attention weights", colorscale=ctx.colorscale,
                                       presenter=ctx.presenter, zmin=0, zmax=1), key="weights", filename=f"dec_L{layer}H{head}_weights")
-st.caption(f"Grey cells (marked ✕ in small maps) are −∞: no colour, since −∞ is not a number on the scale. The weights computed here from the model's scores match the weights the "
+st.caption(f"Grey cells (crossed in small maps) are −∞: no colour, since −∞ is not a number on the scale. The weights computed here from the model's scores match the weights the "
            f"model returned to {steps.max_weight_error:.1e}.")
 ui.download_buttons(
     lambda: pd.DataFrame([{"query": lab[i], "key": lab[j], "raw": steps.raw[i, j], "scaled": steps.scaled[i, j],
                            "masked": steps.masked[i, j], "weight": steps.weights[i, j], "may_attend": bool(steps.mask[i, j])}
                           for i in range(len(lab)) for j in range(len(lab))]),
-    lambda: json.dumps({"layer": int(layer), "head": int(head), "numbering": "from 1, as in the app", "d_k": steps.d_k, "tokens": lab, "raw": steps.raw.tolist(),
+    lambda: json.dumps({"layer": li, "head": hi, "d_k": steps.d_k,  # exports count from 0 (aiayn.app.downloads) "tokens": lab, "raw": steps.raw.tolist(),
                         "scaled": steps.scaled.tolist(), "masked": [[None if np.isneginf(v) else v for v in r] for r in steps.masked.tolist()],
                         "weights": steps.weights.tolist()}),
     f"decoder_L{layer}H{head}_stages")
@@ -156,7 +156,7 @@ ui.download_buttons(
 st.header("3 · What if the decoder could see the future?")
 if not no_mask:
     st.info("Switch on **Remove the look-ahead mask** above to run the same trained decoder with a full self-attention "
-            "mask (the model itself is not changed) and see what leaks.", icon="👆")
+            "mask (the model itself is not changed) and see what leaks.", icon=":material/touch_app:")
 else:
     leak = leak_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), tuple(pair["target"]), tr.model)
     total = float(leak.future_mass.mean())

@@ -27,7 +27,7 @@ def sharpness(n_keys: int) -> pd.DataFrame:
     return lessons.softmax_sharpness(SWEEP, n_keys=n_keys)
 
 
-ctx = ui.setup_page("Scaled dot-product attention", icon="✖️", intro=(
+ctx = ui.setup_page("Scaled dot-product attention", icon=":material/functions:", intro=(
     "$\\mathrm{Attention}(Q,K,V) = \\mathrm{softmax}(QK^T/\\sqrt{d_k})\\,V$ (Equation 1). \"We suspect that for large "
     "values of d_k, the dot products grow large in magnitude, pushing the softmax function into regions where it "
     "has extremely small gradients. To counteract this effect, we scale the dot products by $1/\\sqrt{d_k}$.\""))
@@ -48,7 +48,7 @@ scaled = c3.toggle("Divide by √d_k", key="scaled", bind="query-params")
 try:
     d_k = lessons.check_d_k(d_k)
 except lessons.LessonInputError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
     st.stop()
 x = samples(d_k, int(seed))
 m1, m2, m3 = st.columns(3)
@@ -99,7 +99,7 @@ elif mask_kind == "hide last key":
 try:
     res = lessons.attention_steps(q.to_numpy(), k.to_numpy(), v.to_numpy(), mask)
 except lessons.LessonInputError as exc:
-    st.error(f"**Cannot compute attention:** {exc}", icon="🚫")
+    st.error(f"**Cannot compute attention:** {exc}", icon=":material/block:")
     st.stop()
 qi, ki = [f"q{i}" for i in range(len(q))], [f"k{j}" for j in range(len(k))]
 d = q.shape[1]
@@ -122,9 +122,9 @@ ui.show_figure(labs.matrix_figure(res.output, title="⑤ weights × V = output",
                                   presenter=ctx.presenter), key="m_output", filename="eq1_output")
 if res.max_abs_diff < 1e-5:
     st.success(f"Equal to `aiayn.model.attention.scaled_dot_product_attention`: largest difference {res.max_abs_diff:.1e} "
-               "(the library computes the softmax in float32).", icon="✅")
+               "(the library computes the softmax in float32).", icon=":material/check_circle:")
 else:
-    st.error(f"Differs from `aiayn.model.attention.scaled_dot_product_attention` by {res.max_abs_diff:.3g}.", icon="❌")
+    st.error(f"Differs from `aiayn.model.attention.scaled_dot_product_attention` by {res.max_abs_diff:.3g}.", icon=":material/error:")
 ui.download_buttons(
     lambda: pd.DataFrame([{"query": qi[i], "key": ki[j], "QK^T": res.scores[i, j], "scaled": res.scaled[i, j],
                            "masked": res.masked[i, j], "weight": res.weights[i, j]} for i in range(len(qi)) for j in range(len(ki))]),

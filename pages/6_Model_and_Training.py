@@ -27,7 +27,7 @@ def metrics(path: str, stamp: float) -> tuple[pd.DataFrame, list[str]]:  # noqa:
     return lessons.load_metrics(path)
 
 
-ctx = ui.setup_page("Model and training", icon="📈", intro=(
+ctx = ui.setup_page("Model and training", icon=":material/monitoring:", intro=(
     "Where the parameters are, what the shipped model was trained with, and two training ingredients of Section 5: "
     "the warm-up learning-rate schedule (Equation 3) and label smoothing."))
 tr = ctx.translator_or_none()
@@ -81,10 +81,10 @@ log_path = ctx.checkpoint / "metrics.jsonl"
 try:
     mdf, notes = metrics(str(log_path), log_path.stat().st_mtime if log_path.is_file() else 0.0)
 except lessons.MetricsLogError as exc:
-    st.warning(f"**No training curves to show.** {exc}", icon="📭")
+    st.warning(f"**No training curves to show.** {exc}", icon=":material/inbox:")
     mdf, notes = None, []
 for n in notes:
-    st.warning(n, icon="⚠️")
+    st.warning(n, icon=":material/warning:")
 if mdf is not None:
     last = mdf.iloc[-1]
     cols = st.columns(4)
@@ -100,9 +100,10 @@ if mdf is not None:
         changes = config_change_notes(meta.get("config_changes"), (meta.get("train_config") or {}).get("accumulation"))
     except ui.ModelUnavailable:
         changes = []
+    changes = sorted(changes, key=lambda c: c[0])  # numbered (1), (2)... in step order, as on the chart
     if changes:
-        st.caption("Dotted lines: the run was resumed with another recipe from that step on — "
-                   + "; ".join(f"step {s:,}: {t}" for s, t in changes) + ".")
+        st.caption("Dotted lines (1), (2)...: the run was resumed with another recipe from that step on — "
+                   + "; ".join(f"({n}) step {s:,}: {t}" for n, (s, t) in enumerate(changes, 1)) + ".")
     ui.show_figure(labs.training_curves_figure(mdf, presenter=ctx.presenter, marks=changes), key="curves",
                    filename=f"training_{ctx.direction}")
     ui.download_buttons(mdf, mdf.to_json(orient="records"), f"metrics_{ctx.direction}")
@@ -122,7 +123,7 @@ try:
     mine = lessons.lr_schedule(lr_d, warm, steps)
     base = lessons.lr_schedule(512, 4000, steps)
 except lessons.LessonInputError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
 else:
     peak = (int(warm), noam_lr(int(warm), int(lr_d), int(warm))) if warm <= steps else None
     sched = {f"d_model={int(lr_d)}, warmup_steps={int(warm)}": mine, "paper base (512, 4000)": base}
@@ -149,7 +150,7 @@ try:
     curve = lessons.label_smoothing_table(V, y, eps, np.linspace(0.02, 0.999, 200))
     marks = lessons.label_smoothing_table(V, y, eps, (conf, hedge)).assign(label=["confident", "hedged"])
 except lessons.LessonInputError as exc:
-    st.error(str(exc), icon="🚫")
+    st.error(str(exc), icon=":material/block:")
 else:
     s1, s2 = st.columns(2)
     with s1:

@@ -22,18 +22,23 @@ st.caption("Each head's output softmax(QKᵀ/√d_k)V is multiplied by 0 before 
            "projected by W^O (Section 3.2.2); everything else is unchanged. A removed head's attention weights are "
            "still computed: its maps show what it *would* attend to, but nothing it reads reaches the next layer.")
 
-# -- sentence: the URL seeds the form once per session; curated examples fill it ------------------------------
-if "ab_seeded" not in st.session_state or st.session_state.get("ab_dir") != ctx.direction:
-    first = "ab_seeded" not in st.session_state
-    url_text = st.query_params.get("text") if first else None
-    prev = st.session_state.get("ab_text")
-    old_defaults = {e[0] for ex in EXAMPLES.values() for e in ex}
-    if url_text is not None:
+# -- sentence: the form keeps its values across pages (persist_state="session"); the URL seeds it on the first
+# visit and whenever it carries a `text` this page did not write itself (a link, the back button). A newly typed
+# sentence gets its curated reference, or an empty box: never the previous sentence's reference.
+url_text = st.query_params.get("text")
+last_text, last_ref = st.session_state.get("ab_last", (None, None))
+if "ab_text" not in st.session_state or (url_text is not None and url_text != st.session_state.get("ab_url_text")):
+    if url_text is None:
+        st.session_state.ab_text, st.session_state.ab_ref = examples[0][0], examples[0][1]
+    else:
         st.session_state.ab_text = url_text
         st.session_state.ab_ref = st.query_params.get("ref", by_sentence.get(url_text, ""))
-    elif prev is None or prev in old_defaults:
-        st.session_state.ab_text, st.session_state.ab_ref = examples[0][0], examples[0][1]
-    st.session_state.ab_seeded, st.session_state.ab_dir = True, ctx.direction
+elif st.session_state.get("ab_dir") not in (None, ctx.direction) and st.session_state.ab_text in {
+        e[0] for e in EXAMPLES.get(st.session_state.ab_dir, ())}:
+    st.session_state.ab_text, st.session_state.ab_ref = examples[0][0], examples[0][1]  # the other language's
+elif st.session_state.ab_text != last_text and st.session_state.get("ab_ref") == last_ref:
+    st.session_state.ab_ref = by_sentence.get(st.session_state.ab_text, "")
+st.session_state.ab_dir = ctx.direction
 
 
 def _pick_example() -> None:
@@ -48,10 +53,13 @@ with right:
                  placeholder="Pick a sentence…")
 with left:
     with st.form("ablate", enter_to_submit=True, border=True):
-        text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", key="ab_text", placeholder="Type a sentence")
-        ref = st.text_input(f"Reference ({ctx.tgt_lang.upper()}, optional: scores the outputs with chrF)", key="ab_ref")
+        text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", key="ab_text", persist_state="session",
+                             placeholder="Type a sentence")
+        ref = st.text_input(f"Reference ({ctx.tgt_lang.upper()}, optional: scores the outputs with chrF)", key="ab_ref",
+                            persist_state="session")
         st.form_submit_button("Translate", type="primary")
 st.query_params["text"] = text or ""
+st.session_state.ab_url_text, st.session_state.ab_last = text or "", (text, ref)  # see the sentence state above
 if ref:
     st.query_params["ref"] = ref
 else:

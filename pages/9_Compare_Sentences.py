@@ -31,20 +31,20 @@ tr = ctx.translator
 L, H = tr.cfg.n_layers, tr.cfg.n_heads
 defaults = DEFAULTS[ctx.direction]
 
-# -- the two sentences: the URL seeds the form once per session (st.form widgets cannot be bound to the URL) -----
-if "cmp_seeded" not in st.session_state or st.session_state.get("cmp_dir") != ctx.direction:
-    first = "cmp_seeded" not in st.session_state
-    old_defaults = {x for pairs in DEFAULTS.values() for pair in pairs for x in pair}
-    for (text_key, ref_key, url_text, url_ref), (d_text, d_ref) in zip(
-            (("cmp_a", "cmp_ra", "a", "ra"), ("cmp_b", "cmp_rb", "b", "rb")), defaults):
-        url = st.query_params.get(url_text) if first else None
-        prev = st.session_state.get(text_key)
-        if url is not None:
-            st.session_state[text_key] = url
-            st.session_state[ref_key] = st.query_params.get(url_ref, d_ref if url == d_text else "")
-        elif prev is None or prev in old_defaults:
-            st.session_state[text_key], st.session_state[ref_key] = d_text, d_ref
-    st.session_state.cmp_seeded, st.session_state.cmp_dir = True, ctx.direction
+# -- the two sentences: the form keeps its values across pages (persist_state="session"); the URL seeds it on the
+# first visit and whenever it carries an `a` or `b` this page did not write itself (a link, the back button) --------
+url = (st.query_params.get("a"), st.query_params.get("b"))
+old_defaults = {x for pairs in DEFAULTS.values() for pair in pairs for x in pair}
+external = url != (None, None) and url != st.session_state.get("cmp_url")
+for (text_key, ref_key, url_text, url_ref), (d_text, d_ref) in zip(
+        (("cmp_a", "cmp_ra", "a", "ra"), ("cmp_b", "cmp_rb", "b", "rb")), defaults):
+    given = st.query_params.get(url_text)
+    if text_key not in st.session_state or (external and given is not None):
+        st.session_state[text_key] = d_text if given is None else given
+        st.session_state[ref_key] = st.query_params.get(url_ref, d_ref if st.session_state[text_key] == d_text else "")
+    elif st.session_state.get("cmp_dir") not in (None, ctx.direction) and st.session_state[text_key] in old_defaults:
+        st.session_state[text_key], st.session_state[ref_key] = d_text, d_ref  # the other language's defaults
+st.session_state.cmp_dir = ctx.direction
 
 ui.warn_bad_param("mode", MODES, "the mode must be free or forced")
 mode = st.radio("Decoder input", MODES, key="mode", bind="query-params", horizontal=True,
@@ -55,11 +55,13 @@ mode = mode if mode in MODES else "free"
 with st.form("compare", enter_to_submit=True, border=True):
     col_a, col_b = st.columns(2, gap="large")
     src, tgt = ctx.src_lang.upper(), ctx.tgt_lang.upper()
-    text_a = col_a.text_input(f"Sentence A ({src})", key="cmp_a", placeholder="Type a sentence")
-    ref_a = col_a.text_input(f"Reference A ({tgt}, teacher-forced mode)", key="cmp_ra",
+    text_a = col_a.text_input(f"Sentence A ({src})", key="cmp_a", persist_state="session",
+                              placeholder="Type a sentence")
+    ref_a = col_a.text_input(f"Reference A ({tgt}, teacher-forced mode)", key="cmp_ra", persist_state="session",
                              placeholder="Used only when the decoder input is 'forced'")
-    text_b = col_b.text_input(f"Sentence B ({src})", key="cmp_b", placeholder="Type a sentence")
-    ref_b = col_b.text_input(f"Reference B ({tgt}, teacher-forced mode)", key="cmp_rb",
+    text_b = col_b.text_input(f"Sentence B ({src})", key="cmp_b", persist_state="session",
+                              placeholder="Type a sentence")
+    ref_b = col_b.text_input(f"Reference B ({tgt}, teacher-forced mode)", key="cmp_rb", persist_state="session",
                              placeholder="Used only when the decoder input is 'forced'")
     st.form_submit_button("Compare", type="primary")
 
@@ -70,6 +72,7 @@ for name, value, used in (("a", text_a, True), ("b", text_b, True), ("ra", ref_a
         st.query_params[name] = value
     else:
         st.query_params.pop(name, None)
+st.session_state.cmp_url = (st.query_params.get("a"), st.query_params.get("b"))  # what this page wrote (see above)
 
 
 def run_sentence(name: str, text: str, ref: str):

@@ -346,3 +346,24 @@ def test_page_applies_the_heads_in_the_url(checkpoints):
     assert f"**Without 2 heads** (beam 4)  \n{expect or '∅'}" in texts
     assert f"**Intact model** (beam 4)  \n{intact or '∅'}" in texts
     assert any("Run the sweep" in b.label for b in at.button)  # no head_sweep.json beside the tiny checkpoint
+
+
+def test_page_keeps_sentence_and_switches_across_pages(checkpoints):
+    """Issue 14: leaving through the sidebar and coming back emptied the sentence and switched every head back on;
+    a newly typed sentence kept the previous sentence's reference."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=90)
+    at.query_params["off"] = "cross.2.1"
+    at.switch_page("pages/7_Head_Ablation.py")
+    at.run()
+    at.text_input(key="ab_text").set_value("My dog sleeps.")
+    at.button[0].click().run()  # the form's submit button
+    assert not at.exception, at.exception
+    assert at.text_input(key="ab_ref").value == ""  # not the curated sentence's reference
+    at.switch_page("pages/5_Scaled_Dot_Product.py").run()
+    at.switch_page("pages/7_Head_Ablation.py").run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="ab_text").value == "My dog sleeps."
+    assert at.segmented_control(key="ab_off_cross_1").value == ["1"]
+    assert any("**Without 1 head** (beam 4)" in md.value for md in at.markdown)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from aiayn.analysis import (
-    check_text, entropy, head_stats, join_pieces, kind_labels, kind_stack, merge_words, query_labels, top_k,
-    unique_labels, view_stack, word_groups,
+    check_text, entropy, head_stats, is_punctuation, join_pieces, kind_labels, kind_stack, merge_words, pieces_view,
+    query_labels, top_k, unique_labels, view_stack, word_groups, words_text,
 )
 
 
@@ -24,7 +24,7 @@ def test_entropy_by_hand():
 
 def test_word_groups_and_join():
     pieces = ["▁The", "▁cat", "s", ".", "</s>"]
-    assert word_groups(pieces) == [[0], [1, 2, 3], [4]]
+    assert word_groups(pieces) == [[0], [1, 2], [3], [4]]  # the full stop is a word of its own (issue 14)
     assert word_groups(["<s>", "Ha", "▁du"]) == [[0], [1], [2]]  # a piece after a special opens a word
     assert join_pieces(["▁cat", "s", "."]) == "cats."
     assert join_pieces(["▁", "<0xC3>", "<0xA4>"]) == "ä"  # UTF-8 byte pieces decoded
@@ -144,7 +144,8 @@ def test_view_stack_labels_and_merging():
     assert np.allclose(w, cross[..., 1:, :2])
     dec = kind_stack(m, "decoder")
     w, ql, kl = view_stack(m, "decoder", words=True)
-    assert ql == ["0:<s>", "1:Hallo"] and kl == ["0:<s>", "1:Hallo"]
+    # word rows read "fed word→predicted": <s> predicted ▁Hal; the word Hallo (fed at 1, 2) predicted lo, </s>
+    assert ql == ["0:<s>→Hal", "1:Hallo→lo </s>"] and kl == ["0:<s>", "1:Hallo"]
     assert np.allclose(w[..., 1, 1], (dec[..., 1, 1:].sum(-1) + dec[..., 2, 1:].sum(-1)) / 2)
     with pytest.raises(ValueError):
         view_stack(m, "sideways")
@@ -208,3 +209,80 @@ def test_analysis_import_is_light():
 
     code = "import sys, aiayn.analysis; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- issue 14: punctuation words, word-mode decoder labels, undefined statistics ---------------------------------
+
+def test_punctuation_pieces_are_words_of_their_own():
+    assert is_punctuation(".") and is_punctuation("▁,") and is_punctuation("?!") and is_punctuation("%")
+    assert not is_punctuation("▁") and not is_punctuation("car") and not is_punctuation("</s>")
+    # "car." -> car | .   (the issue's example); "kaufen." -> kaufen | .
+    assert word_groups(["▁my", "▁car", ".", "</s>"]) == [[0], [1], [2], [3]]
+    assert word_groups(["▁kau", "fen", "."]) == [[0, 1], [2]]
+    # a piece after a punctuation word opens a new word; word-internal punctuation stays inside the word
+    assert word_groups(["▁(", "car", ")", "▁x"]) == [[0], [1], [2], [3]]
+    assert word_groups(["▁don", "'", "t", "▁go", "."]) == [[0, 1, 2], [3], [4]]
+    assert words_text(["fen", ".", "</s>"]) == "fen . </s>"
+    m, qw, kw = merge_words(np.full((3, 3), 1 / 3), ["▁my", "▁car", "."], ["▁my", "▁car", "."])
+    assert kw == ["my", "car", "."] and m.shape == (3, 3)
+
+
+def test_word_mode_decoder_rows_read_fed_word_to_predicted():
+    fed = ["<s>", "▁Ich", "▁kau", "fen", "."]
+    out = ["▁Ich", "▁kau", "fen", ".", "</s>"]
+    src = ["▁I", "▁buy", ".", "</s>"]
+    w = np.random.default_rng(1).random((5, 4))
+    m, ql, kl = pieces_view(w, fed, src, out, words=True)
+    assert ql == ["0:<s>→Ich", "1:Ich→kau", "2:kaufen→fen .", "3:.→</s>"]
+    assert kl == ["0:I", "1:buy", "2:.", "3:</s>"]
+    # row "kaufen" = mean of piece rows 2 and 3 (keys are single pieces here)
+    assert np.allclose(m[2], w[2:4].mean(axis=0))
+    m, ql, kl = pieces_view(w, fed, src, out, words=True, hide_special=True)
+    assert ql == ["0:Ich→kau", "1:kaufen→fen .", "2:.→</s>"] and kl == ["0:I", "1:buy", "2:."]
+    # pieces (no words): unchanged "i:fed→predicted"
+    assert pieces_view(w, fed, src, out)[1][2] == "2:▁kau→fen"
+    with pytest.raises(ValueError):
+        pieces_view(w, fed, src, out[:-1])
+
+
+def test_head_stats_undefined_is_nan_never_zero():
+    src = ["▁a", "▁b", "</s>"]  # the source: no <s>
+    fed = ["<s>", "▁x", "▁y"]  # the decoder input: no </s>
+    rng = np.random.default_rng(2)
+    w = rng.random((1, 2, 3, 3))
+    w /= w.sum(-1, keepdims=True)
+    cross = head_stats(w, fed, src, kind="cross")
+    assert cross["bos"].isna().all()  # was 0.000 for every cross-attention head
+    assert cross["eos"].tolist() == pytest.approx(w[0, :, :, 2].mean(-1).tolist())
+    assert cross[["self", "previous", "next"]].isna().all().all()
+    enc = head_stats(w, src, src, kind="encoder")
+    assert enc["bos"].isna().all() and enc["eos"].notna().all() and enc["next"].notna().all()
+    dec_w = np.tril(w)
+    dec_w /= dec_w.sum(-1, keepdims=True)
+    dec = head_stats(dec_w, fed, fed, kind="decoder")
+    assert dec["eos"].isna().all() and dec["next"].isna().all()  # </s> never fed; key i+1 masked
+    assert dec["bos"].tolist() == pytest.approx(dec_w[0, :, :, 0].mean(-1).tolist())
+    assert dec["previous"].tolist() == pytest.approx(((dec_w[0, :, 1, 0] + dec_w[0, :, 2, 1]) / 2).tolist())
+    one = head_stats(np.ones((1, 1, 1, 1)), ["▁a"], ["▁a"], kind="encoder")
+    assert one["previous"].isna().all() and one["next"].isna().all() and one["self"].tolist() == [1.0]
+
+
+def test_split_sentences_rule():
+    from aiayn.analysis import split_sentences
+
+    assert split_sentences("I have no time. Do you? Yes!  \"Fine.\" Go… now") == [
+        "I have no time.", "Do you?", "Yes!", "\"Fine.\"", "Go…", "now"]
+    assert split_sentences("我没有时间。你好！好吗？") == ["我没有时间。", "你好！", "好吗？"]
+    assert split_sentences("3.5 km, e.g.the end") == ["3.5 km, e.g.the end"]  # no space after the dot: no cut
+    assert split_sentences("Mr. Smith") == ["Mr.", "Smith"]  # the stated rule has no abbreviation list
+    assert split_sentences("  ") == [] and split_sentences("one") == ["one"]
+
+
+def test_unseen_script_share():
+    from aiayn.analysis import unseen_script_share
+
+    assert unseen_script_share("Müßig café, 123!") == (0.0, [])
+    assert unseen_script_share("我没有时间。") == (1.0, ["CJK"])
+    share, scripts = unseen_script_share("ab ليس")  # 2 Latin letters, 3 Arabic ones
+    assert share == pytest.approx(3 / 5) and scripts == ["ARABIC"]
+    assert unseen_script_share("...") == (0.0, [])

@@ -153,3 +153,17 @@ def test_direction_defaults(checkpoints):
     assert not at.exception
     assert at.text_input(key="cmp_a").value == "Ich habe keine Zeit."
     assert at.text_input(key="cmp_b").value == "Ich habe kein Geld."
+
+
+def test_sentences_survive_a_visit_to_another_page(checkpoints):
+    """Issue 14: leaving through the sidebar and coming back emptied both sentence boxes."""
+    at = run()
+    at.text_input(key="cmp_a").set_value("My dog sleeps.")
+    at.text_input(key="cmp_b").set_value("My cat sleeps.")
+    at.button[0].click().run()  # the form's submit button
+    assert not at.exception, at.exception
+    at.switch_page("pages/5_Scaled_Dot_Product.py").run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert (at.text_input(key="cmp_a").value, at.text_input(key="cmp_b").value) == ("My dog sleeps.", "My cat sleeps.")
+    assert at.get("plotly_chart")  # the comparison is drawn again

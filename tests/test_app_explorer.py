@@ -80,7 +80,8 @@ def test_kind_layer_head_pick_the_map(checkpoints, reference, kind):
     assert np.allclose(z, getattr(t.attention, kind)[0, 0, 1].numpy(), atol=1e-5)
     mv = charts(at)["model_view"]
     L, H = t.attention.n_layers, t.attention.n_heads
-    assert len(mv["data"]) == L * H and all(tr.get("coloraxis") == "coloraxis" for tr in mv["data"])
+    heat = [tr for tr in mv["data"] if tr["type"] == "heatmap"]  # + one invisible click marker per head
+    assert len(heat) == L * H and all(tr.get("coloraxis") == "coloraxis" for tr in heat)
 
 
 def test_widgets_change_the_view(checkpoints, reference):
@@ -96,7 +97,9 @@ def test_widgets_change_the_view(checkpoints, reference):
     assert not any(lbl.endswith("&lt;/s&gt;") for lbl in x) and len(x) == len(t.src_tokens) - 1
     at.toggle(key="words").set_value(True).run()
     assert not at.exception
-    n_words = sum(p.startswith("▁") or i == 0 for i, p in enumerate(t.src_tokens) if p != "</s>")
+    # a word starts at ▁ (or the first piece); a punctuation-only piece is a word of its own (issue 14)
+    n_words = sum(p.startswith("▁") or i == 0 or all(not c.isalnum() for c in p.lstrip("▁"))
+                  for i, p in enumerate(t.src_tokens) if p != "</s>")
     assert len(charts(at)["head_view"]["data"][0]["x"]) <= n_words
     at.toggle(key="values").set_value(True).run()
     assert charts(at)["head_view"]["data"][0].get("texttemplate") == "%{z:.2f}"
@@ -201,3 +204,59 @@ def test_presenter_mode_large_type_and_cividis(checkpoints):
     cividis = plotly.colors.get_colorscale("Cividis")
     assert [c[1] for c in big["data"][0]["colorscale"]] == [c[1] for c in cividis]
     assert [c[1] for c in normal["data"][0]["colorscale"]] != [c[1] for c in cividis]
+
+
+def _submit(at, text=None, ref=None):
+    if text is not None:
+        at.text_input(key="ex_text").set_value(text)
+    if ref is not None:
+        at.text_input(key="ex_ref").set_value(ref)
+    at.button[0].click().run()  # the form's submit button
+    assert not at.exception, at.exception
+    return at
+
+
+def test_form_state_survives_a_visit_to_another_page(checkpoints, reference):
+    """Issue 14: leaving through the sidebar and coming back emptied the sentence box."""
+    tr = reference[0]
+    at = _submit(run(), "My car is red.", "Mein Auto ist rot.")
+    at.switch_page("pages/5_Scaled_Dot_Product.py").run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="ex_text").value == "My car is red."
+    assert at.text_input(key="ex_ref").value == "Mein Auto ist rot."
+    # the maps are shown again: the model's output for this sentence, its source pieces as columns
+    t = tr.translate("My car is red.", beam_size=4, length_penalty=0.6)
+    assert any(t.text in m.value for m in at.markdown if m.value.startswith("**Model output:**"))
+    assert charts(at)["head_view"]["data"][0]["x"] == [esc(f"{i}:{p}") for i, p in enumerate(t.src_tokens)]
+
+
+def test_a_new_sentence_does_not_keep_the_old_reference(checkpoints):
+    """Issue 14: the reference box kept the previous sentence's reference after a new sentence was typed."""
+    from aiayn.examples import EXAMPLES
+
+    curated = {s: ref for s, ref, _ in EXAMPLES["en-de"]}
+    at = run()
+    assert at.text_input(key="ex_ref").value == curated[at.text_input(key="ex_text").value]
+    _submit(at, "My dog sleeps.")  # not curated: the box is cleared
+    assert at.text_input(key="ex_ref").value == ""
+    _submit(at, "The house is small.")  # curated: its own reference
+    assert at.text_input(key="ex_ref").value == curated["The house is small."]
+    _submit(at, "The cat is big.", "Die Katze ist groß.")  # typed together: the user's reference stays
+    assert at.text_input(key="ex_ref").value == "Die Katze ist groß."
+    _submit(at, ref="Die Katze ist sehr groß.")  # same sentence, new reference: kept
+    assert at.text_input(key="ex_ref").value == "Die Katze ist sehr groß."
+    # a link that gives both keeps both, even for a curated sentence
+    at = run({"text": "The house is small.", "ref": "Das Haus ist winzig.", "mode": "forced"})
+    assert at.text_input(key="ex_ref").value == "Das Haus ist winzig."
+
+
+def test_a_link_with_text_seeds_the_explorer_visited_before(checkpoints):
+    """Translate's "open this sentence in the explorer" link (?text=) wins over the sentence typed earlier."""
+    at = _submit(run(), "My car is red.", "Mein Auto ist rot.")
+    at.switch_page("pages/1_Translate.py").run()
+    at.query_params["text"] = "Good morning"
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="ex_text").value == "Good morning"
+    assert at.text_input(key="ex_ref").value == ""  # not the reference of the sentence typed before

@@ -229,3 +229,137 @@ def test_url_numbers_parse_whole_and_real_numbers_and_refuse_nan():
     assert parse_number("0.6", float) == pytest.approx(0.6) and parse_number("1e-1", float) == pytest.approx(0.1)
     assert parse_number("nan", float) is None and not is_float("NaN")  # NaN would pass every range check otherwise
     assert is_int("7") and not is_int("7.0") and is_float("7.0")
+
+
+# ----------------------------------------------------------------------------------------------- issue 14
+def _emoji(text: str) -> list[str]:
+    """Characters that need an emoji or symbol font: Unicode category So (pictographs, dingbats, arrows such as
+    ⬇), the Extended_Pictographic ones outside it (〰 U+3030, 〽 U+303D), the emoji blocks and U+FE0F."""
+    import unicodedata
+
+    return [c for c in text if unicodedata.category(c) == "So" or c in "\u3030\u303d\ufe0f"
+            or 0x1F000 <= ord(c) <= 0x1FAFF]
+
+
+def test_emoji_detector_catches_the_old_page_icons():
+    assert all(_emoji(icon) for icon in ("🏠", "🌐", "🔍", "〰️", "🎭", "✖️", "📈", "⬇", "🚫", "⚠️"))
+    assert not _emoji(":material/home: → · π ① – ×")
+
+
+def test_page_icons_are_material_icons_not_emoji(checkpoints):
+    """Issue 14: every page icon was an emoji, an empty box on a machine without an emoji font."""
+    from streamlit.string_util import validate_material_icon
+
+    for path, label, icon in ui.PAGES:
+        assert icon.startswith(":material/") and icon.endswith(":") and not _emoji(icon), (path, icon)
+        validate_material_icon(icon)  # a name Streamlit knows (raises otherwise)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    links = at.get("page_link")
+    assert len(links) >= len(ui.PAGES)
+    for el in links:
+        assert el.proto.icon.startswith(":material/") and not _emoji(el.proto.icon + el.proto.label), el.proto
+    assert not _emoji(" ".join(str(t.value) for t in at.title))
+    for box in list(at.info) + list(at.success) + list(at.error) + list(at.warning):
+        assert not _emoji(str(box.proto.icon)), box.proto.icon
+
+
+def test_sidebar_does_not_show_the_servers_checkpoint_path(checkpoints):
+    """Issue 14: the sidebar printed the checkpoint directory, shown on the classroom projector."""
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    shown = " ".join(str(e.value) for e in list(at.sidebar.markdown) + list(at.sidebar.caption))
+    assert "aiayn" in shown  # the sidebar was read
+    assert str(ui.checkpoints_dir()) not in shown and "Checkpoints:" not in shown
+    assert str(ui.checkpoints_dir()) not in _texts(at)
+
+
+def test_overview_score_line_is_readable(tmp_path, monkeypatch, tiny_checkpoints):
+    """Issue 14: the score line showed raw keys (``test_scores.dictionary_baseline_bleu = 1.7``)."""
+    import shutil
+
+    from aiayn.evaluation.modelcard import record_scores
+
+    root = tmp_path / "ckpts"
+    shutil.copytree(tiny_checkpoints, root)
+    record_scores(root / "en-de", {"n_sentences": 1000, "scores": {"model": {"bleu": 6.47, "chrf": 26.98},
+                                                                   "dictionary_baseline": {"bleu": 1.74, "chrf": 25.87}}})
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    line = [m.value for m in at.markdown if "BLEU" in m.value and "dictionary baseline" in m.value]
+    assert line and "test BLEU 6.5, chrF 27.0 (dictionary baseline BLEU 1.7, chrF 25.9)" in line[0]
+    assert "1,000 held-out test sentences" in line[0]
+    assert not any("test_scores" in m.value or "_bleu" in m.value for m in at.markdown)
+
+
+def test_architecture_figure_text_reads_at_projector_size():
+    """Issue 14: the architecture figure's text was about 6 px high at 1366 px. The Overview shows it in one
+    of two equal columns, about 420 px wide at 1366 px (measured in Chromium, docs in app.py); every font size
+    of the SVG, scaled to that width, must be at least 11 px."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    svg = (REPO / "assets" / "architecture.svg").read_text()
+    root = ET.fromstring(svg)
+    view_w = float(root.get("viewBox").split()[2])
+    sizes = [float(v) for v in re.findall(r"font-size(?:=\"|:\s*)([0-9.]+)", svg)]
+    assert sizes
+    assert min(sizes) * 420 / view_w >= 11, (min(sizes), view_w)
+    app_src = (REPO / "app.py").read_text()
+    assert "st.columns([1, 1]" in app_src  # the figure's column: half the page, not two fifths
+
+
+def test_presenter_mode_makes_every_chart_taller():
+    """Issue 14 (Layout): presenter mode enlarged type but left most charts at their height (a 460 px chart
+    got 480 px, a 600 px one nothing)."""
+    import plotly.graph_objects as go
+
+    from aiayn.app.charts import PRESENTER_MIN_HEIGHT, prepare_figure
+
+    for h in (None, 300, 400, 460, 600, 900):
+        fig = prepare_figure(go.Figure(go.Scatter(y=[1, 2]), layout=dict(height=h)), presenter=True)
+        assert fig.layout.height >= max(PRESENTER_MIN_HEIGHT, 1.25 * (h or 0)), (h, fig.layout.height)
+        plain = prepare_figure(go.Figure(go.Scatter(y=[1, 2]), layout=dict(height=h)), presenter=False)
+        assert plain.layout.height == h
+    # an explicit height still wins
+    assert prepare_figure(go.Figure(), presenter=True, height=333).layout.height == 333
+
+
+def test_downloads_say_that_layers_and_heads_count_from_zero():
+    """Issue 14: downloads count layers and heads from 0 while the app counts from 1: every export says so."""
+    import pandas as pd
+
+    from aiayn.app.downloads import export_frame, export_json
+
+    df = pd.DataFrame({"kind": ["cross"], "layer": [0], "head": [2], "weight": [0.5]})
+    out = export_frame(df)
+    assert list(out.columns) == ["kind", "layer_from_0", "head_from_0", "weight"]
+    assert out["layer_from_0"].tolist() == [0] and out["head_from_0"].tolist() == [2]
+    assert list(df.columns) == ["kind", "layer", "head", "weight"]  # the caller's frame is not changed
+    untouched = pd.DataFrame({"position": [0, 1]})
+    assert export_frame(untouched) is untouched
+    obj = json.loads(export_json(json.dumps({"layer": 1, "weights": [[0.5]]})))
+    assert obj == {"layers_and_heads_count_from": 0, "layer": 1, "weights": [[0.5]]}
+    assert list(obj)[0] == "layers_and_heads_count_from"
+    assert json.loads(export_json({"a": 1}))["layers_and_heads_count_from"] == 0
+    records = json.loads(export_json(df.to_json(orient="records")))
+    assert records == [{"kind": "cross", "layer_from_0": 0, "head_from_0": 2, "weight": 0.5}]
+    assert json.loads(export_json([1, 2])) == [1, 2]
+    with pytest.raises(ValueError):
+        export_json("{not json")
+
+
+def test_download_buttons_have_no_emoji_and_name_the_numbering(checkpoints):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.switch_page("pages/6_Model_and_Training.py")
+    at.run()
+    assert not at.exception, at.exception
+    buttons = at.get("download_button")
+    assert buttons
+    for b in buttons:
+        assert not _emoji(b.proto.label) and b.proto.label in ("CSV", "JSON"), b.proto.label
+        assert b.proto.icon == ":material/download:"
+        assert "count from 0" in b.proto.help and "count from 1" in b.proto.help

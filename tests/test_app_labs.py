@@ -243,3 +243,71 @@ def test_model_page_lr_and_label_smoothing_controls(checkpoints):
     assert np.allclose(chart(at, "ls_target")["data"][1]["y"], [1, 0, 0, 0, 0])
     assert "epsilon_ls must be in [0, 1)" in messages(open_page(MODEL, eps="1.5"))
     assert "warmup_steps must be between" in messages(open_page(MODEL, warmup="0"))
+
+
+# ----------------------------------------------------------------------------------------------- issue 14
+def test_pe_sinusoids_default_to_four_dimensions_over_a_short_range(checkpoints):
+    """Issue 14: the sinusoid chart drew five dimensions over all 256 positions, a tangle."""
+    at = open_page(PE, length="256")
+    traces = chart(at, "pe_curves")["data"]
+    assert len(traces) == 4  # d_model 64: dimensions 0, 8, 16, 32 (wavelengths ~6, 20, 63, 628)
+    assert [t["name"].split(" (")[0] for t in traces] == ["dim 0", "dim 8", "dim 16", "dim 32"]
+    pe = lessons.pe_matrix(256, 64)
+    for t, d in zip(traces, (0, 8, 16, 32)):
+        assert t["x"].tolist() == list(range(101)) and np.allclose(t["y"], pe[:101, d])
+    assert at.slider(key="positions").value == (0, 100)
+    at.slider(key="positions").set_value((40, 60)).run()
+    assert not at.exception
+    assert all(t["x"].tolist() == list(range(40, 61)) for t in chart(at, "pe_curves")["data"])
+    at.number_input(key="length").set_value(50).run()  # the range is clamped to the shorter table, no error
+    assert not at.exception, at.exception
+    assert at.slider(key="positions").value == (40, 49)
+    assert chart(at, "pe_curves")["data"][0]["x"].tolist() == list(range(40, 50))
+
+
+def test_pe_sinusoid_range_is_restored_from_the_url_and_bad_values_warn(checkpoints):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["positions"] = ["5", "20"]
+    at.query_params["dims"] = "2"
+    at.switch_page(PE)
+    at.run()
+    assert not at.exception, at.exception
+    (trace,) = chart(at, "pe_curves")["data"]
+    assert trace["x"].tolist() == list(range(5, 21)) and np.allclose(trace["y"], lessons.pe_matrix(64, 64)[5:21, 2])
+    for bad in (["5", "999"], ["30", "10"], ["x", "3"], ["7"]):
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.query_params["positions"] = bad
+        at.switch_page(PE)
+        at.run()
+        assert not at.exception, at.exception
+        assert "Ignored the URL parameter `positions=" in messages(at), bad
+        assert chart(at, "pe_curves")["data"][0]["x"].tolist() == list(range(64))  # the default: 0..63 here
+    assert "at most 8 dimensions" in messages(open_page(PE, dims="0,1,2,3,4,5,6,7,8"))
+
+
+def test_masking_page_counts_layers_and_heads_from_one(checkpoints):
+    """Issue 14: the future-mass heatmap read "L0 H0" beside selectors counting from 1."""
+    at = open_page(MASK, nomask="true", layer="2", head="3")
+    rows = list(chart(at, "future_mass")["data"][0]["y"])
+    assert rows[0] == "layer 1 · head 1" and rows[-1] == "layer 2 · head 4" and len(rows) == 2 * 4
+    assert "layer 2, head 3" in chart(at, "unmasked_weights")["layout"]["title"]["text"]
+
+
+def test_model_page_numbers_the_resume_marks_in_the_caption_and_chart(checkpoints, tmp_path, monkeypatch):
+    root = tmp_path / "ck"
+    shutil.copytree(checkpoints, root)
+    lines = [json.dumps({"step": s, "train_loss": 10.0 / s, "lr": 1e-4}) for s in range(10, 101, 10)]
+    (root / "en-de" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    cfg_path = root / "en-de" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["meta"]["config_changes"] = [{"step": 60, "changed": {"upsample_sentences": [4, 8]}},
+                                     {"step": 50, "changed": {"amp_cpu": [False, True]}}]
+    cfg_path.write_text(json.dumps(cfg))
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    at = open_page(MODEL)
+    captions = " ".join(c.value for c in at.caption)
+    assert "(1) step 50: amp_cpu" in captions and "(2) step 60: upsample_sentences 4" in captions
+    spec = chart(at, "curves")
+    notes = {a["text"]: a for a in spec["layout"]["annotations"] if a["text"] in ("(1)", "(2)")}
+    assert notes["(1)"]["x"] == 50 and notes["(2)"]["x"] == 60
+    assert spec["layout"]["xaxis"]["range"][0] >= 10 - 0.05 * 90  # the loss panel starts at the data

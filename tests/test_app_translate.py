@@ -91,8 +91,8 @@ def test_form_submission_and_beam_options(checkpoints, tiny_translator):
     assert not at.exception
     t = tiny_translator.translate("The house is big.", beam_size=2, length_penalty=0.6, n_best=2)
     assert at.subheader[0].value == (t.text or "∅ (empty output)")
-    table = at.dataframe[0].value
-    assert len(table) == 2 and list(table["translation"]) == [x for x, _ in t.nbest]
+    table = nbest_table(at)
+    assert len(table) == 2 and list(table["translation"]) == [x or "∅" for x, _ in t.nbest]
     qp = at.query_params
     assert qp["text"] in ("The house is big.", ["The house is big."]) and qp["beam"] in ("2", ["2"])
 
@@ -130,10 +130,10 @@ def test_empty_and_odd_input(checkpoints):
     assert not at.exception
     assert any("empty" in m.value for m in at.info)
     assert not at.get("plotly_chart")
-    at = run({"text": "Hallo\u200b Welt\x07 " + "x" * 1200})
+    at = run({"text": "Hallo\u200b Welt\x07 " + "x" * 5200})
     assert not at.exception
     texts = " ".join(w.value for w in at.warning)
-    assert "only the first 1,000" in texts and "Control or invisible" in texts
+    assert "only the first 5,000" in texts and "Control or invisible" in texts
     assert at.get("plotly_chart")
 
 
@@ -191,3 +191,103 @@ def test_no_scores_no_verdict(checkpoints):
     assert not at.exception, at.exception
     texts = " ".join(x.value for x in list(at.info) + list(at.caption))
     assert "dictionary baseline" not in texts
+
+
+def test_form_state_survives_a_visit_to_another_page(checkpoints, tiny_translator):
+    """Issue 14: leaving through the sidebar and coming back kept nothing (empty box, beam 1, alpha 0, max length 1)."""
+    at = run()
+    at.text_input(key="tr_text").set_value("The house is big.")
+    at.number_input(key="tr_beam").set_value(3)
+    at.slider(key="tr_alpha").set_value(1.0)
+    at.number_input(key="tr_maxlen").set_value(20)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    at.switch_page("pages/5_Scaled_Dot_Product.py").run()
+    assert not at.exception, at.exception
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="tr_text").value == "The house is big."
+    assert at.number_input(key="tr_beam").value == 3
+    assert at.slider(key="tr_alpha").value == 1.0
+    assert at.number_input(key="tr_maxlen").value == 20
+    # the translation is shown again, with these settings
+    t = tiny_translator.translate("The house is big.", beam_size=3, length_penalty=1.0, max_len=20, n_best=3)
+    assert at.subheader[0].value == (t.text or "∅ (empty output)")
+    assert at.get("plotly_chart")
+
+
+def test_a_link_with_text_seeds_a_page_visited_before(checkpoints, tiny_translator):
+    """A later visit through a link that carries ?text= (another page's "open in ...") shows that text."""
+    at = run()
+    at.text_input(key="tr_text").set_value("The house is big.")
+    at.button[0].click().run()
+    at.switch_page("pages/5_Scaled_Dot_Product.py").run()
+    at.query_params["text"] = "Good morning"
+    at.query_params["beam"] = "2"
+    at.switch_page(PAGE).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="tr_text").value == "Good morning"
+    assert at.number_input(key="tr_beam").value == 2
+    t = tiny_translator.translate("Good morning", beam_size=2, length_penalty=0.6, n_best=2)
+    assert at.subheader[0].value == (t.text or "∅ (empty output)")
+
+
+LONG_SENTENCE = "The old man who lives in the small house near the river has no time for his garden this summer."
+
+
+def nbest_table(at):
+    """The n-best table with its markdown escapes undone (st.table cells are markdown; the page escapes markup)."""
+    import re
+
+    return at.table[-1].value.map(lambda v: re.sub(r"\\(.)", r"\1", v) if isinstance(v, str) else v)
+
+
+def test_nbest_hypotheses_are_shown_in_full_with_the_score_in_view(checkpoints, tiny_translator):
+    """Issue 14: the n-best column cut long hypotheses (all four looked identical) and long output pushed the score
+    out of view: a wrapping table, score before the text, every hypothesis in full."""
+    at = run({"text": LONG_SENTENCE})
+    assert not at.exception, at.exception
+    t = tiny_translator.translate(LONG_SENTENCE, beam_size=4, length_penalty=0.6, n_best=4)
+    table = nbest_table(at)
+    assert list(table.columns) == ["rank", "score", "translation"]
+    assert list(table["translation"]) == [x or "∅" for x, _ in t.nbest]
+    assert [float(s) for s in table["score"]] == pytest.approx([s for _, s in t.nbest], abs=5e-4)
+    assert not at.dataframe  # a dataframe cell cuts long text to its column width
+
+
+@pytest.mark.parametrize("text, script", [("我没有时间。我今天很忙。", "CJK"), ("ليس لدي وقت.", "Arabic")])
+def test_a_script_the_model_never_saw_gets_a_hint(checkpoints, text, script):
+    at = run({"text": text})
+    assert not at.exception, at.exception
+    hints = [w.value for w in at.warning if "only knows English and German" in w.value]
+    assert len(hints) == 1 and script in hints[0] and "100% of the letters" in hints[0], [w.value for w in at.warning]
+    assert list(nbest_table(at).columns)[:2] == ["rank", "score"]  # the score stays left of the long text
+    at = run({"text": "The house is small."})
+    assert not any("only knows English and German" in w.value for w in at.warning)
+
+
+def test_long_input_is_translated_sentence_by_sentence(checkpoints, tiny_translator):
+    """Issue 14: 3,000 characters became one cut translation with only a truncation note. The page splits long
+    input into sentences (the Translator itself still cuts and flags over-long input)."""
+    base = ["The house is small.", "I have no time!", "Where is my red car?", "The cat sleeps on the warm sofa.",
+            "We will go home tomorrow."]
+    sentences = (base * 40)[:int(3000 / 21)]
+    text = " ".join(sentences)
+    assert len(text) >= 2900
+    assert tiny_translator.translate(text, beam_size=1).truncated  # the library still cuts and says so
+    at = run({"text": text})
+    assert not at.exception, at.exception
+    assert not any("only the first" in w.value for w in at.warning)
+    assert any(f"{len(sentences)} sentences" in i.value for i in at.info), [i.value for i in at.info]
+    each = {s: tiny_translator.translate(s, beam_size=4, length_penalty=0.6, n_best=4) for s in base}
+    assert at.text[0].value == " ".join(each[s].text for s in sentences)
+    # the attention and n-best list of a chosen sentence
+    at.selectbox(key="sent").set_value(4).run()
+    assert not at.exception, at.exception
+    want = each[sentences[3]]
+    assert spec(at)["data"][0]["x"] == [esc(f"{i}:{p}") for i, p in enumerate(want.src_tokens)]
+    assert list(nbest_table(at)["translation"]) == [x or "∅" for x, _ in want.nbest]
+    # a short input is one sentence, as before
+    at = run({"text": "The house is small. I have no time."})
+    assert not at.text and at.subheader[0].value == (
+        tiny_translator.translate("The house is small. I have no time.", beam_size=4, n_best=4).text or "∅ (empty output)")

@@ -236,3 +236,44 @@ def test_gpu_configuration_is_the_papers_base_model_and_token_batch():
 def test_cuda_request_without_cuda_is_a_clear_error(capsys, tmp_path):
     assert bench_main(["--device", "cuda", "--only", "capture", "--out", str(tmp_path / "x.json")]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_quick_classroom_run_has_its_rows_and_right_answers(tmp_path, tiny_checkpoints, monkeypatch):
+    """``--quick --only classroom``: one streamlit server on the tiny checkpoints, N = 1 and 3 protocol students;
+    every student answered with the lone translation (rows have values), server cost rows present."""
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    out = tmp_path / "classroom.json"
+    argv = ["--quick", "--only", "classroom", "--threads", "1", "--device", "cpu", "--out", str(out)]
+    assert bench_main(argv) == 0
+    data = json.loads(out.read_text())
+    rows = {r["id"]: r for r in data["rows"]}
+    want = {f"classroom.cpu.n{n}.{page}.{q}" for n in (1, 3) for page in ("translate", "explorer", "all") for q in ("p50", "p95")}
+    want.discard("classroom.cpu.n1.explorer.p50")  # N=1: one student, on Translate
+    want.discard("classroom.cpu.n1.explorer.p95")
+    want |= {f"classroom.cpu.n{n}.{w}" for n in (1, 3) for w in ("cpu_per_student", "peak_rss")}
+    assert want <= set(rows), sorted(want - set(rows))
+    for rid in want:
+        assert rows[rid]["value"] is not None and rows[rid]["value"] > 0, rows[rid]
+    assert len(rows["classroom.cpu.n3.all.p95"]["detail"]["samples_s"]) == 3
+    assert rows["classroom.cpu.n3.translate.p50"]["detail"]["students"] == 2  # half and half: 2 + 1
+    assert rows["classroom.cpu.n3.peak_rss"]["value"] >= rows["classroom.cpu.n1.peak_rss"]["value"]  # a high-water mark
+    assert rows["classroom.cpu.n3.all.p50"]["value"] <= rows["classroom.cpu.n3.all.p95"]["value"]
+    targets = {t["id"]: t for t in data["targets"]}
+    assert targets["classroom_30"]["status"].startswith("n/a")  # quick mode has no 30-student level
+
+
+def test_classroom_check_compares_with_the_lone_translation():
+    import numpy as np
+
+    from benchmarks.classroom import _heatmaps, check
+
+    m = np.array([[0.25, 0.75], [0.5, 0.5]])
+    ref = {"text": "Die Katze schläft.", "maps": [np.eye(2), m]}
+    page = {"texts": ["#### Translation", "Die Katze schläft."], "heatmaps": [m.copy()]}
+    assert check(page, ref) is None
+    assert "not on the page" in check(dict(page, texts=["Die Katze."]), ref)
+    assert "no heatmap" in check(dict(page, heatmaps=[m + 1e-3]), ref)
+    assert check({"error": "TimeoutError: late"}, ref) == "TimeoutError: late"
+    spec = json.dumps({"data": [{"type": "heatmap", "z": m.tolist()}, {"type": "scatter", "y": [1]}]})
+    (z,) = _heatmaps(spec)
+    assert np.array_equal(z, m)

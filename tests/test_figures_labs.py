@@ -137,6 +137,65 @@ def test_training_curves_marks_recipe_changes():
     df = pd.DataFrame({"step": [10, 20, 30], "train_loss": [3.0, 2.0, 1.0], "valid_bleu": [1.0, 2.0, 3.0], "lr": [1e-4, 2e-4, 1e-4]})
     fig = labs.training_curves_figure(df, marks=[(20, "upsample_sentences 4 -> 8")])
     assert [sh.x0 for sh in fig.layout.shapes] == [20, 20, 20]
-    texts = [a.text for a in fig.layout.annotations]
-    assert "upsample_sentences 4 -&gt; 8" in texts  # escaped: plotly reads text as HTML
+    labels = [a for a in fig.layout.annotations if a.text == "(1)"]
+    assert len(labels) == 1 and labels[0].x == 20
+    assert "upsample_sentences 4 -&gt; 8" in labels[0].hovertext  # escaped: plotly reads text as HTML
     assert not labs.training_curves_figure(df).layout.shapes
+
+
+def test_training_curves_axes_span_the_logged_steps_and_close_marks_do_not_overlap():
+    """Issue 14: the long mark labels widened the loss panel's x axis to -10k (left half empty) and two
+    close marks printed their labels on top of each other."""
+    steps = np.arange(25, 8001, 25)
+    df = pd.DataFrame({"step": steps, "train_loss": 9.0 / np.sqrt(steps), "lr": 1e-3 / np.sqrt(steps)})
+    marks = [(1600, "keep 8 -> 10, upsample_sentences 4 -> 8"), (1000, "amp_cpu False -> True")]
+    fig = labs.training_curves_figure(df, marks=marks)
+    for axis in ("xaxis", "xaxis2", "xaxis3"):
+        lo, hi = fig.layout[axis].range
+        pad = 0.05 * (8000 - 25)  # a small margin at most: no empty half
+        assert 25 - pad <= lo <= 25 and 8000 <= hi <= 8000 + pad, (axis, lo, hi)
+    labels = {a.text: a for a in fig.layout.annotations if a.text in ("(1)", "(2)")}
+    assert labels["(1)"].x == 1000 and labels["(2)"].x == 1600  # numbered in step order
+    # labels are placed relative to the panel (not in data units, which would widen the axis) and each on its
+    # own row: their vertical offsets differ by at least one line of type
+    for a in labels.values():
+        assert a.yref == "y domain" and a.xref == "x"
+    assert abs(labels["(2)"].yshift - labels["(1)"].yshift) >= labs.FONT_SIZE
+
+
+def test_label_smoothing_marks_are_labelled_apart_and_inside_the_plot():
+    """Issue 14: "confident" (p = 0.99) and "hedged" (p = 0.9) overlapped and "confident" was clipped."""
+    curve = lessons.label_smoothing_table(10, 0, 0.1, np.linspace(0.02, 0.999, 50))
+    marks = lessons.label_smoothing_table(10, 0, 0.1, (0.99, 0.9)).assign(label=["confident", "hedged"])
+    fig = labs.smoothing_loss_figure(curve, marks)
+    notes = {a.text: a for a in fig.layout.annotations}
+    conf, hedge = notes["confident"], notes["hedged"]
+    assert conf.x == pytest.approx(0.99) and hedge.x == pytest.approx(0.9)
+    # both labels point inwards from the right edge (text to the left of the point, never past the plot's
+    # edge) and sit on opposite sides of the curve, so they cannot overlap
+    assert conf.ax < 0 and hedge.ax < 0 and conf.xanchor == hedge.xanchor == "right"
+    assert conf.ay * hedge.ay < 0
+    assert fig.layout.xaxis.range[1] >= 1.0
+
+
+def test_wavelength_reference_lines_are_labelled_at_their_height_on_the_log_axis():
+    """Issue 14: the "2π" label sat near the 1M gridline (plotly reads annotation y on a log axis as log10)
+    and "10000·2π" was missing."""
+    wl = lessons.wavelengths(64)
+    fig = labs.wavelength_figure(wl)
+    labels = {a.text: a for a in fig.layout.annotations}
+    assert set(labels) >= {"2π", "10000·2π"}
+    assert labels["2π"].y == pytest.approx(math.log10(2 * math.pi))
+    assert labels["10000·2π"].y == pytest.approx(math.log10(10000 * 2 * math.pi))
+    lo, hi = fig.layout.yaxis.range  # log10 units: both lines and every wavelength are in view
+    assert lo < math.log10(2 * math.pi) and hi > math.log10(10000 * 2 * math.pi)
+    assert lo <= math.log10(wl.min()) and hi >= math.log10(wl.max())
+
+
+def test_future_mass_rows_count_layers_and_heads_from_one():
+    """Issue 14: the rows read "L0 H0" beside selectors that count from 1."""
+    fm = np.zeros((2, 3, 4))
+    fig = labs.future_mass_figure(fm, labs.token_labels(list("abcd")))
+    rows = list(fig.data[0].y)
+    assert rows[0] == "layer 1 · head 1" and rows[-1] == "layer 2 · head 3" and len(rows) == 6
+    assert not any(r.startswith("L0") or "head 0" in r for r in rows)

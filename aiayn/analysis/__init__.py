@@ -14,7 +14,7 @@ Modules, by job:
 * :mod:`~aiayn.analysis.compare`: two sentences' maps aligned (by position or pieces) and their difference;
 * :mod:`~aiayn.analysis.ablation`: head ablation (Michel et al. 2019): head masks, maps with heads removed and
   the per-head sweep (:func:`~aiayn.analysis.ablation.head_sweep`), cached beside each checkpoint;
-* :mod:`~aiayn.analysis.text`: input hygiene for typed text.
+* :mod:`~aiayn.analysis.text`: input hygiene for typed text, sentence splitting, unseen scripts.
 
 Conventions: a map of one head is ``(Q, K)``, rows are queries and columns keys, each row summing to 1
 (Eq. 1 of the paper); a stack of heads is ``(L, H, Q, K)``. Pieces fed to the decoder are
@@ -28,17 +28,19 @@ from .compare import ALIGN_BY, COMPARE_KINDS, AlignedMaps, align_maps
 from .explain import explain, forced_probs
 from .flow import ROLLOUT_KINDS, rollout, rollout_dict, rollout_frame
 from .pieces import (
-    BOS_PIECES, EOS_PIECES, SPECIAL_PIECES, WORD_START, is_special, join_pieces, merge_words, unique_labels,
-    word_groups,
+    BOS_PIECES, EOS_PIECES, SPECIAL_PIECES, WORD_START, is_punctuation, is_special, join_pieces, merge_words,
+    unique_labels, word_groups, words_text,
 )
 from .stats import entropy, head_stats, top_k
-from .text import MAX_CHARS, check_text
-from .views import kind_labels, kind_stack, query_labels, view_stack
+from .text import MAX_CHARS, check_text, split_sentences, unseen_script_share
+from .views import kind_labels, kind_stack, pieces_view, query_labels, view_stack
 
 __all__ = [
     "BOS_PIECES", "EOS_PIECES", "MAX_CHARS", "SPECIAL_PIECES", "WORD_START", "check_text", "entropy", "explain",
     "forced_probs", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
     "query_labels", "top_k", "unique_labels", "view_stack", "word_groups",
+    "is_punctuation", "pieces_view", "words_text",
+    "split_sentences", "unseen_script_share",
     "ROLLOUT_KINDS", "rollout", "rollout_dict", "rollout_frame",
     "ALIGN_BY", "COMPARE_KINDS", "AlignedMaps", "align_maps",
 ]

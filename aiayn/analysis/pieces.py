@@ -9,6 +9,7 @@ because pieces repeat. NumPy only; nothing imports torch or Streamlit.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Sequence
 
 import numpy as np
@@ -26,23 +27,52 @@ def is_special(piece: str) -> bool:
     return piece in SPECIAL_PIECES
 
 
+def is_punctuation(piece: str) -> bool:
+    """True for a piece made only of punctuation or symbols (Unicode categories P* and S*) once the ``▁``
+    word-boundary marker is removed: ``"."``, ``"▁,"``, ``"?!"``, ``"%"``; False for ``"▁"`` alone, words
+    and special pieces."""
+    text = piece.replace(WORD_START, "")
+    return bool(text) and not is_special(piece) and all(unicodedata.category(c)[0] in "PS" for c in text)
+
+
 def word_groups(pieces: Sequence[str]) -> list[list[int]]:
     """Group piece indices into words.
 
-    A piece starting with ``▁`` opens a new word; other pieces continue the current word (subwords,
-    attached punctuation, byte pieces). Special pieces (``<s>``, ``</s>``...) are words of their own.
+    Rules, in order:
+
+    1. Special pieces (``<s>``, ``</s>``...) are words of their own.
+    2. Punctuation-only pieces (:func:`is_punctuation`: ``"."``, ``"▁,"``, ``"?"``) are words of their
+       own, so ``"car."`` (``▁car`` ``.``) is two words, ``car`` and ``.``; except word-internal
+       punctuation: an attached piece (no ``▁``) between two attached word pieces stays inside the word
+       (``▁don`` ``'`` ``t`` is one word, ``don't``; so is ``▁e`` ``-`` ``mail``).
+    3. A piece starting with ``▁`` opens a new word, and so does the first piece after a special or a
+       punctuation word; other pieces continue the current word (subwords, byte pieces).
 
     >>> word_groups(["▁The", "▁cat", "s", ".", "</s>"])
-    [[0], [1, 2, 3], [4]]
+    [[0], [1, 2], [3], [4]]
     """
     groups: list[list[int]] = []
-    prev_special = True
+    closed = True  # the last group is a special or punctuation word: the next piece opens a new one
+
+    def attached_word(j: int) -> bool:
+        return (0 <= j < len(pieces) and not is_special(pieces[j]) and not is_punctuation(pieces[j])
+                and not pieces[j].startswith(WORD_START))
+
     for i, p in enumerate(pieces):
-        if is_special(p) or p.startswith(WORD_START) or prev_special or not groups:
+        if is_special(p):
             groups.append([i])
+            closed = True
+        elif is_punctuation(p):
+            if not p.startswith(WORD_START) and not closed and attached_word(i + 1):  # word-internal
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+                closed = True
+        elif p.startswith(WORD_START) or closed or not groups:
+            groups.append([i])
+            closed = False
         else:
             groups[-1].append(i)
-        prev_special = is_special(p)
     return groups
 
 
@@ -62,6 +92,12 @@ def join_pieces(pieces: Sequence[str]) -> str:
     if buf:
         out.append(buf.decode("utf-8", errors="replace"))
     return "".join(out).strip() or "".join(pieces)
+
+
+def words_text(pieces: Sequence[str]) -> str:
+    """The pieces joined word by word (:func:`word_groups`, each word by :func:`join_pieces`), words separated
+    by a space, so specials and punctuation stand apart: ``["fen", ".", "</s>"]`` gives ``"fen . </s>"``."""
+    return " ".join(join_pieces([pieces[i] for i in g]) for g in word_groups(pieces))
 
 
 def merge_words(

@@ -47,16 +47,22 @@ def head_stats(
     Args:
         weights: ``(L, H, Q, K)`` attention weights of one kind for one sentence.
         query_pieces, key_pieces: labels of the rows / columns.
-        kind: ``"encoder"``, ``"decoder"`` or ``"cross"``. Previous/next/self shares are defined for the
-            self-attention kinds only (NaN for cross-attention, whose queries and keys are different
-            sequences).
+        kind: ``"encoder"``, ``"decoder"`` or ``"cross"``.
 
     Returns:
         ``pandas.DataFrame`` with columns ``layer, head`` (from 1), ``entropy`` (mean row entropy, bits),
         ``confidence`` (mean over queries of the largest weight), ``self``, ``previous``, ``next`` (mean
         weight on key i, i-1, i+1 for query i, over the queries where that key exists), ``bos``, ``eos``
-        (mean total weight on ``<s>`` / ``</s>`` keys; 0 when the keys hold none), ``max_key`` (the key
-        piece receiving the most weight on average).
+        (mean total weight on ``<s>`` / ``</s>`` keys), ``max_key`` (the key piece receiving the most weight
+        on average). A statistic that is undefined for the kind or the sentence is NaN, never 0:
+
+        * ``self``, ``previous``, ``next``: NaN for cross-attention (queries and keys are different
+          sequences); ``next`` is also NaN for the masked decoder self-attention (key i+1 is hidden from
+          query i by the mask of Section 3.2.3, so its weight is 0 by construction, not a finding);
+          ``previous`` / ``next`` are NaN when no query has that neighbour (one piece).
+        * ``bos`` / ``eos``: NaN when the keys hold no ``<s>`` / ``</s>``: ``bos`` for the encoder and cross
+          kinds (the source has no ``<s>``), ``eos`` for the decoder self-attention (``</s>`` is predicted,
+          never fed).
 
     Raises:
         ValueError: weights not 4-D, label counts differ from the map's shape, unknown kind.
@@ -73,10 +79,12 @@ def head_stats(
     conf = w.max(axis=-1).mean(axis=-1)
     bos_idx = [j for j, p in enumerate(key_pieces) if p in BOS_PIECES]
     eos_idx = [j for j, p in enumerate(key_pieces) if p in EOS_PIECES]
-    bos = w[..., bos_idx].sum(axis=-1).mean(axis=-1) if bos_idx else np.zeros((L, H))
-    eos = w[..., eos_idx].sum(axis=-1).mean(axis=-1) if eos_idx else np.zeros((L, H))
+    bos = w[..., bos_idx].sum(axis=-1).mean(axis=-1) if bos_idx else np.full((L, H), np.nan)
+    eos = w[..., eos_idx].sum(axis=-1).mean(axis=-1) if eos_idx else np.full((L, H), np.nan)
     if kind in ("encoder", "decoder"):
         self_, prev, nxt = _offset_share(w, 0), _offset_share(w, -1), _offset_share(w, 1)
+        if kind == "decoder":
+            nxt = np.full((L, H), np.nan)  # masked: query i never sees key i + 1
     elif kind == "cross":
         self_ = prev = nxt = np.full((L, H), np.nan)
     else:

@@ -7,7 +7,7 @@ mode, PNG/SVG export) and :mod:`~aiayn.app.downloads` (CSV/JSON buttons). Not a 
 Pages use it as::
 
     from aiayn import app as ui
-    ctx = ui.setup_page("Attention explorer", icon="🔍")   # first Streamlit call: config, sidebar, title
+    ctx = ui.setup_page("Attention explorer", icon=":material/search:")   # first Streamlit call: config, sidebar, title
     ctx.direction, ctx.presenter, ctx.colorscale, ctx.template, ctx.translator, ctx.translator_or_none()
     ui.show_figure(fig, key=..., filename=...)   # st.plotly_chart with PNG/SVG export, presenter type
     ui.download_buttons(df, payload_json, stem)  # CSV + JSON download buttons

@@ -35,16 +35,19 @@ def _switch_key(kind: str, layer: int) -> str:
 
 
 def seed_switches(direction: str, n_layers: int, n_heads: int) -> None:
-    """Set the head switches from the URL parameter ``off`` once per session and direction; warn about items
-    of ``off`` that name no head of this model."""
-    if st.session_state.get("ab_switch_dir") == direction:
+    """Set the head switches from the URL parameter ``off`` on the first visit, on a change of direction and
+    whenever ``off`` is not what :func:`head_switches` last wrote (a link, the back button); warn about items
+    of ``off`` that name no head of this model. The switches keep their values across pages otherwise."""
+    url = query_param("off")
+    same_dir = st.session_state.get("ab_switch_dir") == direction
+    if same_dir and (url is None or url == st.session_state.get("ab_off_url")):
         return
     first = "ab_switch_dir" not in st.session_state
-    heads, bad = parse_heads(query_param("off") if first else None, n_layers, n_heads)
+    heads, bad = parse_heads(url if first or same_dir else None, n_layers, n_heads)
     if bad:
         st.warning(f"Ignored in the URL parameter `off`: {', '.join(f'`{b[:30]}`' for b in bad[:6])}. Write removed "
                    f"heads as kind.layer.head (kind encoder, decoder or cross; layer 1 to {n_layers}; head 1 to "
-                   f"{n_heads}), comma-separated, e.g. `cross.{n_layers}.2`.", icon="⚠️")
+                   f"{n_heads}), comma-separated, e.g. `cross.{n_layers}.2`.", icon=":material/warning:")
     for kind in KINDS:
         for layer in range(n_layers):
             st.session_state[_switch_key(kind, layer)] = [str(h + 1) for k, l, h in heads if k == kind and l == layer]
@@ -71,7 +74,7 @@ def head_switches(n_layers: int, n_heads: int) -> list[Head]:
             label_col.markdown(f"Layer {layer + 1}")
             picked = switch_col.segmented_control(f"{KIND_NAMES[kind]}, layer {layer + 1}: heads switched off", options,
                                                   selection_mode="multi", key=_switch_key(kind, layer),
-                                                  label_visibility="collapsed")
+                                                  label_visibility="collapsed", persist_state="session")
             off += [(kind, layer, int(h) - 1) for h in picked or [] if h in options]
     st.button("Switch every head back on", on_click=_all_on, args=(n_layers,), icon=":material/restart_alt:")
     spec = format_heads(off)
@@ -79,6 +82,7 @@ def head_switches(n_layers: int, n_heads: int) -> list[Head]:
         st.query_params["off"] = spec
     else:
         st.query_params.pop("off", None)
+    st.session_state.ab_off_url = spec or None  # what this page wrote (see seed_switches)
     return off
 
 

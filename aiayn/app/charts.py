@@ -1,6 +1,6 @@
 """Plotly charts in the app: the modebar export (PNG or SVG, rendered by plotly.js in the browser: offline,
-no kaleido), presenter mode (the template of :mod:`aiayn.figures.theme`, at least 480 px tall) and
-``st.plotly_chart`` full width with Streamlit's chart theme. Not a paper section: the app's figure job.
+no kaleido), presenter mode (the template of :mod:`aiayn.figures.theme`, charts 1.3 times taller, at least
+480 px) and ``st.plotly_chart`` full width with Streamlit's chart theme. Not a paper section: the app's figure job.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from ..figures.theme import apply_presenter_theme
 EXPORT_FORMATS = ("png", "svg")
 #: the smallest height (pixels) of a chart in presenter mode
 PRESENTER_MIN_HEIGHT = 480
+#: presenter mode draws every chart this much taller than its own height (larger type needs the room)
+PRESENTER_HEIGHT_SCALE = 1.3
 
 
 def safe_filename(stem: str, default: str) -> str:
@@ -37,9 +39,16 @@ def plotly_config(filename: str = "figure", export_format: str | None = None) ->
     }
 
 
+def presenter_height(height: int | float | None) -> int:
+    """The height (pixels) of a chart of ``height`` pixels (None or 0: plotly's default) in presenter mode:
+    :data:`PRESENTER_HEIGHT_SCALE` times taller, at least :data:`PRESENTER_MIN_HEIGHT`."""
+    return max(PRESENTER_MIN_HEIGHT, round((height or 0) * PRESENTER_HEIGHT_SCALE))
+
+
 def prepare_figure(fig, *, presenter: bool | None = None, height: int | None = None):
-    """Apply presenter mode (large type, at least :data:`PRESENTER_MIN_HEIGHT` px tall) and ``height``
-    (pixels) to ``fig`` in place; returns it.
+    """Apply presenter mode (large type; the chart :func:`presenter_height` tall: 1.3 times its own height, at
+    least :data:`PRESENTER_MIN_HEIGHT` px) and ``height`` (pixels; an explicit height wins) to ``fig`` in place;
+    returns it.
 
     ``presenter`` defaults to the session's presenter mode. :func:`show_figure` calls it unless told the
     figure is already prepared (a figure cached across reruns, prepared once before caching).
@@ -47,8 +56,8 @@ def prepare_figure(fig, *, presenter: bool | None = None, height: int | None = N
     presenter = bool(st.session_state.get("presenter")) if presenter is None else presenter
     if presenter:
         apply_presenter_theme(fig)
-        if height is None and (fig.layout.height or 0) < PRESENTER_MIN_HEIGHT:
-            height = PRESENTER_MIN_HEIGHT
+        if height is None:
+            height = presenter_height(fig.layout.height)
     if height is not None:
         fig.update_layout(height=height)
     return fig

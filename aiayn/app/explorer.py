@@ -7,6 +7,9 @@ renderer takes an :class:`ExplorerView` (the sentence's :class:`~aiayn.translato
 controls) and draws into the current Streamlit container; the page keeps the controls, the URL and the
 tabs. It imports torch (through :mod:`aiayn.model.maps`): only the explorer page, which needs the model, uses it.
 The fifth tab, attention across training (the checkpoint's recorded history), lives in :mod:`aiayn.app.history`.
+Presenter mode makes every chart of the explorer larger than in normal mode (taller by
+:data:`PRESENTER_SCALE`, and wider: the page's side margins shrink and the step tab's charts get the full
+width), never smaller.
 """
 from __future__ import annotations
 
@@ -17,13 +20,36 @@ import numpy as np
 import streamlit as st
 
 from ..analysis import head_stats, kind_labels, kind_stack, query_labels, unique_labels, view_stack
-from ..figures.attention import AXIS_TITLES, attention_heatmap, head_stats_figure, model_view, topk_bar
+from ..figures.attention import (
+    AXIS_TITLES,
+    attention_heatmap,
+    head_stats_figure,
+    model_view,
+    picked_head,
+    topk_bar,
+)
 from ..model.maps import KIND_TITLES
-from .charts import prepare_figure, show_figure
+from .charts import PRESENTER_MIN_HEIGHT, plotly_config, prepare_figure, show_figure
 from .params import warn_bad_param
 
 if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
     from ..translator import Translation
+
+#: the explorer's tabs (key -> label; Material icons, not emoji, which render as empty boxes without an emoji font)
+TAB_LABELS = {
+    "head": ":material/zoom_in: One head",
+    "all": ":material/grid_view: All heads",
+    "step": ":material/play_arrow: Step by step",
+    "stats": ":material/table_chart: Head statistics",
+    "history": ":material/timeline: Across training",
+}
+#: how much taller the explorer's charts are in presenter mode (and at least PRESENTER_MIN_HEIGHT px)
+PRESENTER_SCALE = 1.5
+#: presenter mode: narrower side margins (Streamlit's are 5rem, which the presenter's 20 px root font makes
+#: 100 px), so the charts get wider, not narrower, on a projector
+_PRESENTER_LAYOUT_CSS = """<style>
+[data-testid="stMainBlockContainer"] { padding-left: 1.5rem; padding-right: 1.5rem; }
+</style>"""
 
 #: per-head statistics shown in the head-statistics tab, with their column help (see aiayn.analysis.head_stats)
 STAT_HELP = {
@@ -31,10 +57,27 @@ STAT_HELP = {
     "confidence": "mean over queries of the largest weight (Voita et al. 2019)",
     "self": "mean weight on the query's own position",
     "previous": "mean weight on the previous position (positional head when high)",
-    "next": "mean weight on the next position (always 0 in the masked decoder)",
-    "bos": "mean total weight on <s> (a 'sink' when high)",
-    "eos": "mean total weight on </s> (a 'sink' when high)",
+    "next": "mean weight on the next position (n/a in the masked decoder: the mask hides it)",
+    "bos": "mean total weight on <s> (a 'sink' when high; n/a when the keys hold no <s>: the source)",
+    "eos": "mean total weight on </s> (a 'sink' when high; n/a when the keys hold no </s>: the decoder input)",
 }
+#: how the head-statistics table shows an undefined statistic (NaN; st.dataframe's placeholder, not "None")
+NOT_DEFINED = "–"
+
+
+def chart_height(height: float | None, presenter: bool) -> int | None:
+    """A chart's height (pixels) in the explorer: ``height`` in normal mode; in presenter mode
+    :data:`PRESENTER_SCALE` times taller, at least :data:`~aiayn.app.charts.PRESENTER_MIN_HEIGHT`."""
+    if not presenter:
+        return None if height is None else int(height)
+    return int(max(PRESENTER_MIN_HEIGHT, (height or 0) * PRESENTER_SCALE))
+
+
+def presenter_layout(presenter: bool) -> None:
+    """In presenter mode, narrow the page's side margins (CSS) so the explorer's charts get wider."""
+    if presenter:
+        st.html(_PRESENTER_LAYOUT_CSS)
+
 
 
 @dataclass(frozen=True)
@@ -81,18 +124,36 @@ class ExplorerView:
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def _model_view_figure(stack: np.ndarray, q_lab: list[str], k_lab: list[str], colorscale: str, template: str,
-                       title: str, presenter: bool):
-    """The L x H grid (it does not depend on the head picked): built once per (maps, labels, look), shared
-    read-only (``show_figure(..., prepared=True)``)."""
-    return prepare_figure(model_view(stack, q_labels=q_lab, k_labels=k_lab, colorscale=colorscale,
-                                     template=template, title=title), presenter=presenter)
+                       title: str, presenter: bool, kind: str):
+    """The L x H grid (it does not depend on the head picked; :func:`frame_css` frames the picked one): built
+    once per (maps, labels, look), shared read-only."""
+    yt, xt = AXIS_TITLES[kind]
+    fig = model_view(stack, q_labels=q_lab, k_labels=k_lab, colorscale=colorscale, template=template,
+                     title=title, x_title=xt, y_title=yt, clickable=True)
+    return prepare_figure(fig, presenter=presenter, height=chart_height(fig.layout.height, presenter))
+
+
+def frame_css(layer: int, head: int | None, n_heads: int, *, key: str = "model_view", color: str = "#d62728") -> str:
+    """A ``<style>`` that frames one thumbnail of the all-heads grid shown under ``key`` (``layer``, ``head``
+    from 1; head None frames every head of the layer) in the browser: plotly's drag rectangle of that
+    subplot (``rect.nsewdrag[data-subplot="x7y7"]``, exactly the thumbnail) gets a ``color`` outline.
+
+    CSS rather than a shape in the figure (:func:`~aiayn.figures.attention.highlight_head`): the grid's
+    figure stays the same for every head, so a head switch does not make the browser redraw all
+    ``L x H`` heatmaps (a few hundred ms on a classroom laptop); only this small style changes.
+    """
+    first = (layer - 1) * n_heads
+    heads = range(1, n_heads + 1) if head is None else [head]
+    names = ["" if first + h == 1 else str(first + h) for h in heads]
+    sel = ", ".join(f'.st-key-{key} rect.nsewdrag[data-subplot="x{n}y{n}"]' for n in names)
+    return f"<style>{sel} {{ stroke: {color} !important; stroke-width: 4px !important; }}</style>"
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def _stats_figure(stats, metric: str, colorscale: str, template: str, presenter: bool):
     """The head-statistics map (does not depend on the head picked), cached like :func:`_model_view_figure`."""
-    return prepare_figure(head_stats_figure(stats, metric, colorscale=colorscale, template=template),
-                          presenter=presenter)
+    fig = head_stats_figure(stats, metric, colorscale=colorscale, template=template)
+    return prepare_figure(fig, presenter=presenter, height=chart_height(fig.layout.height, presenter))
 
 
 def one_head_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: list[str]) -> None:
@@ -103,17 +164,37 @@ def one_head_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: li
                             title=f"{KIND_TITLES[v.kind].capitalize()}, layer {v.layer}, {v.what}",
                             colorscale=v.ctx.colorscale, x_title=xt, y_title=yt, show_values=v.values,
                             zmax=1.0 if v.values else None, template=v.ctx.template)
-    show_figure(fig, key="head_view", filename=v.stem)
+    show_figure(fig, key="head_view", filename=v.stem, height=chart_height(fig.layout.height, v.ctx.presenter))
+
+
+def open_picked_head() -> None:
+    """Callback of the all-heads grid's selection (``st.session_state["model_view"]``): a clicked thumbnail
+    (:func:`~aiayn.figures.attention.picked_head`) sets the ``layer`` and ``head`` controls and opens the
+    one-head tab (``st.session_state["tab"]``)."""
+    state = st.session_state.get("model_view")
+    try:
+        points = state["selection"]["points"]
+    except (KeyError, TypeError):
+        points = []
+    picked = picked_head(points)
+    if picked is None:
+        return
+    st.session_state["layer"], st.session_state["head"] = str(picked[0]), str(picked[1])
+    st.session_state["tab"] = TAB_LABELS["head"]
+    st.session_state["tab_tracked"] = True
 
 
 def all_heads_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: list[str]) -> None:
-    """Every head of every layer of the kind as a grid with one shared colour scale."""
+    """Every head of every layer of the kind as a grid with one shared colour scale, the picked head (or the
+    picked layer, for the mean over heads) framed; a click on a thumbnail's centre opens that head."""
     L, H = stack.shape[:2]
-    st.caption(f"All {L} × {H} heads of the {KIND_TITLES[v.kind]}, one shared colour scale. Hover for values; "
-               "pick a layer and head above to zoom in.")
+    st.caption(f"All {L} × {H} heads of the {KIND_TITLES[v.kind]}, one shared colour scale; the frame marks the "
+               "layer and head picked above. Click the centre of a thumbnail to open that head.")
     mv = _model_view_figure(stack, q_lab, k_lab, v.ctx.colorscale, v.ctx.template,
-                            f"{KIND_TITLES[v.kind].capitalize()}: all heads", v.ctx.presenter)
-    show_figure(mv, key="model_view", filename=f"{v.kind}_{v.ctx.direction}_all_heads", prepared=True)
+                            f"{KIND_TITLES[v.kind].capitalize()}: all heads", v.ctx.presenter, v.kind)
+    st.html(frame_css(v.layer, v.head, H))
+    st.plotly_chart(mv, width="stretch", config=plotly_config(f"{v.kind}_{v.ctx.direction}_all_heads"),
+                    key="model_view", theme="streamlit", on_select=open_picked_head, selection_mode="points")
 
 
 def step_tab(v: ExplorerView) -> None:
@@ -136,27 +217,35 @@ def step_tab(v: ExplorerView) -> None:
     dec_w = v.pick(kind_stack(t.attention, "decoder")[v.layer - 1])
     crs_w = v.pick(kind_stack(t.attention, "cross")[v.layer - 1])
     rows = query_labels(fed, out, positions=range(i + 1))
-    s1, s2 = st.columns([1, 1], gap="medium")
+    presenter = v.ctx.presenter
+    # presenter mode: one chart under the other, each the full width (side by side they would shrink)
+    s1, s2 = (st.container(), st.container()) if presenter else st.columns([1, 1], gap="medium")
     with s1:
         fig = attention_heatmap(dec_w[: i + 1, : i + 1], rows, query_labels(fed, positions=range(i + 1)),
                                 title=f"Decoder self-attention, rows 0..{i} (layer {v.layer}, {v.what})",
                                 colorscale=v.ctx.colorscale, x_title=AXIS_TITLES["decoder"][1],
                                 y_title=AXIS_TITLES["decoder"][0], zmax=1.0, template=v.ctx.template,
                                 height=int(min(620, 260 + 28 * (i + 1))))
-        show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{v.stem}")
+        show_figure(fig, key="step_decoder", filename=f"step{step}_decoder_{v.stem}",
+                    height=chart_height(fig.layout.height, presenter))
     with s2:
-        fig = attention_heatmap(crs_w[i : i + 1], rows[i:], unique_labels(t.src_tokens),
+        # one row: the colour scale runs to the row's own largest weight, so a spread-out row shows its shape
+        row = crs_w[i : i + 1]
+        fig = attention_heatmap(row, rows[i:], unique_labels(t.src_tokens),
                                 title=f"Cross-attention of step {step} over the source", colorscale=v.ctx.colorscale,
-                                x_title=AXIS_TITLES["cross"][1], y_title="query", zmax=1.0, template=v.ctx.template,
-                                height=300)
-        show_figure(fig, key="step_cross", filename=f"step{step}_cross_{v.stem}")
+                                x_title=AXIS_TITLES["cross"][1], y_title="query", template=v.ctx.template,
+                                height=300, colorbar_title="weight (0 to row max)")
+        show_figure(fig, key="step_cross", filename=f"step{step}_cross_{v.stem}",
+                    height=chart_height(fig.layout.height, presenter))
+        st.caption(f"Colour scale: 0 to this row's largest weight ({float(row.max()):.3f}), not 0 to 1.")
         nxt = t.next_pieces
         if nxt is not None:
             pieces = nxt.pieces[i]
             fig = topk_bar(pieces, nxt.probs[i], chosen=out[i], template=v.ctx.template,
                            title=f"Top {len(pieces)} next pieces at step {step} (next: {out[i]}, "
                                  f"p = {float(nxt.chosen_prob[i]):.3f})")
-            show_figure(fig, key="step_topk", filename=f"step{step}_topk_{v.ctx.direction}")
+            show_figure(fig, key="step_topk", filename=f"step{step}_topk_{v.ctx.direction}",
+                        height=chart_height(fig.layout.height, presenter))
         else:
             st.info(f"Next-piece probabilities are not available for this output: {t.next_pieces_note}.")
 
@@ -171,15 +260,16 @@ def head_stats_tab(v: ExplorerView) -> None:
                "to sort: low entropy / high confidence = focused heads; high previous/next = positional heads; "
                "high bos/eos = sink heads." + (" Self/previous/next are not defined for cross-attention."
                                                if kind == "cross" else ""))
+    st.caption(f"{NOT_DEFINED} = not defined for this kind or sentence (e.g. bos when the keys hold no <s>).")
     num = {c: st.column_config.NumberColumn(c, help=STAT_HELP[c], format="%.3f") for c in STAT_HELP}
     st.dataframe(stats, hide_index=True, width="stretch", column_config=num, key="stats_table",
-                 height=min(36 * (len(stats) + 1) + 4, 900))
+                 height=min(36 * (len(stats) + 1) + 4, 900), placeholder=NOT_DEFINED)
     metric = st.selectbox("Map a statistic over layers × heads", list(STAT_HELP), key="stat_metric")
-    if stats[metric].notna().any():
+    if metric in stats and stats[metric].notna().any():
         show_figure(_stats_figure(stats, metric, ctx.colorscale, ctx.template, ctx.presenter),
                     key="stats_grid", filename=f"{kind}_{ctx.direction}_{metric}", prepared=True)
     else:
         st.info(f"'{metric}' is not defined for {KIND_TITLES[kind]}.")
-    st.download_button("⬇ Head statistics (CSV)", lambda: stats.to_csv(index=False),
+    st.download_button("Head statistics (CSV)", lambda: stats.to_csv(index=False), icon=":material/download:",
                        file_name=f"head_stats_{kind}_{ctx.direction}.csv", mime="text/csv", on_click="ignore",
                        key="stats_csv")

@@ -25,20 +25,21 @@ from .models import (
     DIRECTIONS,
     ModelUnavailable,
     checkpoint_path,
-    checkpoints_dir,
     load_translator,
 )
 from .params import is_bool, warn_bad_param
 
-#: (script path relative to the repository root, label, icon) of every page, in sidebar order
+#: (script path relative to the repository root, label, icon) of every page, in sidebar order. Icons are
+#: Streamlit Material icons (shipped with Streamlit), never emoji: a classroom machine without an emoji font
+#: would show an empty box.
 PAGES: list[tuple[str, str, str]] = [
-    ("app.py", "Overview", "🏠"),
-    ("pages/1_Translate.py", "Translate", "🌐"),
-    ("pages/2_Attention_Explorer.py", "Attention explorer", "🔍"),
-    ("pages/3_Positional_Encoding.py", "Positional encoding", "〰️"),
-    ("pages/4_Masking.py", "Masking", "🎭"),
-    ("pages/5_Scaled_Dot_Product.py", "Scaled dot-product", "✖️"),
-    ("pages/6_Model_and_Training.py", "Model and training", "📈"),
+    ("app.py", "Overview", ":material/home:"),
+    ("pages/1_Translate.py", "Translate", ":material/translate:"),
+    ("pages/2_Attention_Explorer.py", "Attention explorer", ":material/search:"),
+    ("pages/3_Positional_Encoding.py", "Positional encoding", ":material/waves:"),
+    ("pages/4_Masking.py", "Masking", ":material/visibility_off:"),
+    ("pages/5_Scaled_Dot_Product.py", "Scaled dot-product", ":material/functions:"),
+    ("pages/6_Model_and_Training.py", "Model and training", ":material/monitoring:"),
     ("pages/7_Head_Ablation.py", "Head ablation", ":material/block:"),
     ("pages/8_Attention_Rollout.py", "Attention rollout", ":material/account_tree:"),
     ("pages/9_Compare_Sentences.py", "Compare sentences", ":material/compare_arrows:"),
@@ -114,7 +115,7 @@ class PageContext:
                 f"Expected a checkpoint directory at `{self.checkpoint}` with `config.json`, "
                 "`model.safetensors` and `spm.model` (train one with `aiayn train`, or set "
                 "`AIAYN_CHECKPOINTS` to a directory holding `en-de/` and `de-en/`).",
-                icon="🚫",
+                icon=":material/block:",
             )
             st.stop()
 
@@ -127,7 +128,7 @@ def _theme_type() -> str:
     return t if t in ("light", "dark") else "light"
 
 
-def setup_page(title: str, icon: str = "🤖", *, intro: str | None = None) -> PageContext:
+def setup_page(title: str, icon: str = ":material/smart_toy:", *, intro: str | None = None) -> PageContext:
     """Set up a page; must be its first Streamlit call. Sets the page config (wide layout), draws the
     sidebar navigation (``st.page_link`` to every page of :data:`PAGES`, carrying the shared settings in
     the URL), the sidebar settings (after warning about invalid URL values) and the page title (pages
@@ -135,7 +136,8 @@ def setup_page(title: str, icon: str = "🤖", *, intro: str | None = None) -> P
 
     Args:
         title: page title (browser tab and ``st.title``).
-        icon: emoji shown in the tab and before the title.
+        icon: a Material icon (``":material/name:"``) shown before the title (the tab shows
+            :data:`FAVICON`); an emoji still works but renders as an empty box without an emoji font.
         intro: optional one-paragraph introduction shown under the title.
 
     Returns:
@@ -182,7 +184,6 @@ def setup_page(title: str, icon: str = "🤖", *, intro: str | None = None) -> P
             bind="query-params",
             help="What the camera button in each chart's toolbar downloads (rendered in your browser).",
         )
-        st.caption(f"Checkpoints: `{checkpoints_dir()}`")
     direction = direction if direction in DIRECTIONS else DEFAULT_DIRECTION
     presenter = bool(presenter)
     export_format = export_format if export_format in EXPORT_FORMATS else "png"

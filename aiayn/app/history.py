@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from ..analysis import entropy, is_special, merge_words, query_labels
+from ..analysis import entropy, pieces_view
 from ..figures.attention import AXIS_TITLES, attention_heatmap
 from ..figures.history import history_curve, history_strip
 from ..model.maps import KIND_TITLES
@@ -66,13 +66,8 @@ def history_view(hist: AttentionHistory, sentence: int, kind: str, layer: int, h
         raise ValueError(f"layer {layer} / head {head} out of range (1..{w.shape[1]} / 1..{w.shape[2]})")
     m = w[:, layer - 1].mean(axis=1) if head is None else w[:, layer - 1, head - 1]  # (N, Q, K)
     q, k = hist.sentences[sentence].labels(kind)
-    if words:
-        merged, qw, kw = merge_words(m, q, k, drop_special=hide_special)
-        return merged, [f"{i}:{x}" for i, x in enumerate(qw)], [f"{i}:{x}" for i, x in enumerate(kw)]
-    qi = [i for i, p in enumerate(q) if not (hide_special and is_special(p))]
-    ki = [j for j, p in enumerate(k) if not (hide_special and is_special(p))]
     predicted = hist.sentences[sentence].output_tokens if kind != "encoder" else None
-    return m[:, qi][:, :, ki], query_labels(q, predicted, positions=qi), query_labels(k, positions=ki)
+    return pieces_view(m, q, k, predicted, words=words, hide_special=hide_special)
 
 
 def strip_indices(n: int, current: int, most: int = STRIP_STEPS) -> list[int]:

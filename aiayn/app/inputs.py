@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..analysis import check_text
+from ..analysis import MAX_CHARS, check_text
 
 
-def checked_text(text: object, *, what: str = "sentence", prefix: str = "") -> str | None:
-    """The cleaned ``text``, or None when nothing is left; every note of :func:`~aiayn.analysis.check_text` is
-    shown, prefixed with ``prefix`` (e.g. ``"Sentence A: "``)."""
-    cleaned, notes = check_text(text, what=what)
+def checked_text(text: object, *, what: str = "sentence", prefix: str = "", max_chars: int = MAX_CHARS) -> str | None:
+    """The cleaned ``text`` (cut to ``max_chars`` characters), or None when nothing is left; every note of
+    :func:`~aiayn.analysis.check_text` is shown, prefixed with ``prefix`` (e.g. ``"Sentence A: "``)."""
+    cleaned, notes = check_text(text, what=what, max_chars=max_chars)
     for note in notes:
         if cleaned is not None:
             st.warning(prefix + note, icon=":material/warning:")
@@ -21,9 +21,10 @@ def checked_text(text: object, *, what: str = "sentence", prefix: str = "") -> s
     return cleaned
 
 
-def sentence_or_stop(text: object) -> str:
-    """The cleaned sentence; when nothing is left to translate, the note is shown and the page stops here."""
-    cleaned = checked_text(text)
+def sentence_or_stop(text: object, *, max_chars: int = MAX_CHARS) -> str:
+    """The cleaned sentence (cut to ``max_chars`` characters); when nothing is left to translate, the note is
+    shown and the page stops here."""
+    cleaned = checked_text(text, max_chars=max_chars)
     if cleaned is None:
         st.stop()
     return cleaned

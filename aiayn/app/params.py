@@ -54,7 +54,7 @@ def number_param(name: str, lo: int | float, hi: int | float, *, kind: type[int]
     value = parse_number(raw, kind)
     if value is None or not lo <= value <= hi:
         what = "a whole number" if kind is int else "a number"
-        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: expected {what} from {lo} to {hi}.", icon="⚠️")
+        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: expected {what} from {lo} to {hi}.", icon=":material/warning:")
         return None
     return value
 
@@ -83,6 +83,6 @@ def warn_bad_param(name: str, valid: Callable[[str], bool] | Sequence[str], expl
         return False
     ok = valid(raw) if callable(valid) else raw in valid
     if not ok:
-        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: {explain}. Showing the default instead.", icon="⚠️")
+        st.warning(f"Ignored the URL parameter `{name}={raw[:40]}`: {explain}. Showing the default instead.", icon=":material/warning:")
         return True
     return False

@@ -82,13 +82,24 @@ def pe_curves_figure(df: pd.DataFrame, *, presenter: bool = False) -> go.Figure:
 
 
 def wavelength_figure(wl: np.ndarray, *, presenter: bool = False) -> go.Figure:
-    """Wavelength of each sin/cos pair i (log scale) between the bounds ``2π`` and ``10000·2π`` (Section 3.5)."""
+    """Wavelength of each sin/cos pair i (log scale) between the bounds ``2π`` and ``10000·2π`` (Section 3.5),
+    both drawn as dotted reference lines with their labels.
+
+    ``wl``: ``(d_model / 2,)`` wavelengths in positions (:func:`aiayn.lessons.wavelengths`). The y axis is
+    logarithmic; its range always shows both bounds. (Plotly places annotations on a log axis at ``log10(y)``
+    while shapes take ``y`` itself: the labels are placed accordingly.)"""
     i = np.arange(len(wl))
     fig = go.Figure(go.Scatter(x=i, y=wl, mode="lines+markers", name="wavelength 2π·10000^(2i/d_model)"))
-    for y, name in ((2 * math.pi, "2π"), (10000 * 2 * math.pi, "10000·2π")):
-        fig.add_hline(y=y, line_dash="dot", annotation_text=name)
+    bounds = ((2 * math.pi, "2π"), (10000 * 2 * math.pi, "10000·2π"))
+    for y, name in bounds:
+        fig.add_hline(y=y, line_dash="dot", line_color="grey")
+        fig.add_annotation(x=1, xref="paper", xanchor="right", y=math.log10(y), yref="y", yanchor="bottom",
+                           text=name, showarrow=False)
+    finite = np.asarray(wl, dtype=float)[np.isfinite(wl) & (np.asarray(wl, dtype=float) > 0)]
+    lo = min([bounds[0][0], *finite.tolist()])
+    hi = max([bounds[1][0], *finite.tolist()])
     fig.update_xaxes(title="pair i (dimensions 2i, 2i+1)")
-    fig.update_yaxes(title="wavelength (positions)", type="log")
+    fig.update_yaxes(title="wavelength (positions)", type="log", range=[math.log10(lo) - 0.15, math.log10(hi) + 0.35])
     return _style(fig, presenter, "Wavelengths form a geometric progression", 380)
 
 
@@ -237,13 +248,16 @@ def stage_heatmap(z: np.ndarray, labels: Sequence[str], *, title: str, colorscal
 
 
 def future_mass_figure(future_mass: np.ndarray, labels: Sequence[str], *, colorscale: str = "Viridis", presenter: bool = False) -> go.Figure:
-    """Attention mass on future keys per (layer, head) row and query column, without the causal mask."""
+    """Attention mass on future keys per (layer, head) row and query column, without the causal mask.
+
+    ``future_mass``: ``(L, H, T)`` float in [0, 1]. Rows are labelled ``"layer l · head h"`` counting from 1, as
+    the app's selectors do."""
     L, H, T = future_mass.shape
-    rows = [f"L{l} H{h}" for l in range(L) for h in range(H)]
+    rows = [f"layer {l + 1} · head {h + 1}" for l in range(L) for h in range(H)]
     fig = go.Figure(go.Heatmap(z=future_mass.reshape(L * H, T), x=list(labels), y=rows, zmin=0, zmax=1, colorscale=colorscale,
                                colorbar=dict(title="future mass"),
                                hovertemplate="%{y}<br>query %{x}<br>mass on future keys %{z:.3f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", type="category", title="layer / head")
+    fig.update_yaxes(autorange="reversed", type="category", title="layer · head (from 1)")
     fig.update_xaxes(type="category", title="query (decoder input)")
     return _style(fig, presenter, "Without the mask: attention mass on future tokens (with it: exactly 0)", max(360, 18 * L * H + 120))
 
@@ -328,8 +342,11 @@ def parameters_figure(summaries: dict[str, pd.DataFrame], *, presenter: bool = F
 def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False, marks: list[tuple[int, str]] | None = None) -> go.Figure:
     """Loss (train, valid), BLEU and learning rate over steps from a metrics log (:func:`lessons.load_metrics`).
 
-    ``marks``: ``[(step, text)]`` drawn as dotted vertical lines in every panel, labelled in the first, e.g. the
-    recipe changes of a resumed run (:func:`aiayn.evaluation.modelcard.config_change_notes`).
+    ``marks``: ``[(step, text)]`` drawn as dotted vertical lines in every panel, e.g. the recipe changes of a
+    resumed run (:func:`aiayn.evaluation.modelcard.config_change_notes`). Each line is labelled in the first panel
+    with its number, ``"(1)"``, ``"(2)"``... in order of step (the page's caption says what changed at each), one
+    label per row above the panel's title so that close marks never print on top of each other; hovering a
+    label shows its text. Every panel's x axis spans the logged steps and the marks (labels never widen it).
     """
     fig = make_subplots(rows=1, cols=3, subplot_titles=("loss (nats / token)", "valid BLEU", "learning rate"))
     if "train_loss" in df:
@@ -344,12 +361,25 @@ def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False, marks: 
     if "lr" in df:
         g = df.dropna(subset=["lr"])
         fig.add_trace(go.Scatter(x=g["step"], y=g["lr"], mode="lines", name="lr"), 1, 3)
-    for step, text in marks or []:
+    marks = sorted(marks or [], key=lambda m: m[0])
+    for n, (step, text) in enumerate(marks, 1):
         for col in (1, 2, 3):
-            label = dict(annotation_text=plotly_safe(text), annotation_position="top left", annotation_font_size=10) if col == 1 else {}
-            fig.add_vline(x=step, line_dash="dot", line_color="grey", row=1, col=col, **label)
+            fig.add_vline(x=step, line_dash="dot", line_color="grey", row=1, col=col)
+        # one row per mark, stacked upwards above the panel's title (relative to the panel: no autorange)
+        fig.add_annotation(x=step, xref="x", y=1.0, yref="y domain", yanchor="bottom", yshift=26 + 16 * (n - 1),
+                           text=f"({n})", hovertext=plotly_safe(f"step {step:,}: {text}"), showarrow=False,
+                           font=dict(size=FONT_SIZE - 1, color="grey"))
+    steps = [float(v) for v in df["step"].dropna()] if "step" in df else []
+    steps += [float(m[0]) for m in marks]
+    if steps:
+        lo, hi = min(steps), max(steps)
+        pad = 0.02 * (hi - lo) if hi > lo else 1.0
+        fig.update_xaxes(range=[lo - pad, hi + pad])
     fig.update_xaxes(title="step")
-    return _style(fig, presenter, "Training curves", 400)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.28, yanchor="top"))
+    fig = _style(fig, presenter, "Training curves", 400 + 16 * max(0, len(marks) - 1))
+    fig.update_layout(margin=dict(t=70 + (24 + 16 * len(marks) if marks else 0), b=110))
+    return fig
 
 
 def lr_figure(schedules: dict[str, pd.DataFrame], *, presenter: bool = False, peaks: dict[str, tuple[int, float]] | None = None) -> go.Figure:
@@ -376,7 +406,11 @@ def smoothing_target_figure(q: np.ndarray, true_index: int, *, presenter: bool =
     fig.update_xaxes(title="token id (true token marked)")
     fig.update_yaxes(title="target probability", range=[0, 1.05])
     fig.add_vline(x=true_index, line_dash="dot")
-    return _style(fig, presenter, f"Target distribution (sums to {q.sum():.6f})", 380)
+    # legend below: the chart shares the row with the loss chart, a side legend would take a third of its width
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"))
+    fig = _style(fig, presenter, f"Target distribution (sums to {q.sum():.6f})", 420)
+    fig.update_layout(margin=dict(b=110))
+    return fig
 
 
 def smoothing_loss_figure(curve: pd.DataFrame, marks: pd.DataFrame | None = None, *, presenter: bool = False) -> go.Figure:
@@ -387,9 +421,21 @@ def smoothing_loss_figure(curve: pd.DataFrame, marks: pd.DataFrame | None = None
         go.Scatter(x=curve["p_true"], y=curve["smoothed_loss"], mode="lines", name="label-smoothed loss"),
     ])
     if marks is not None:
-        fig.add_trace(go.Scatter(x=marks["p_true"], y=marks["smoothed_loss"], mode="markers+text",
-                                 text=[f"{l}" for l in marks.get("label", marks["p_true"])], textposition="top center",
-                                 marker=dict(size=12, symbol="circle-open", line=dict(width=2)), name="chosen predictions"))
-    fig.update_xaxes(title="p(true token)")
+        labels = [str(v) for v in marks.get("label", marks["p_true"])]
+        fig.add_trace(go.Scatter(x=marks["p_true"], y=marks["smoothed_loss"], mode="markers",
+                                 marker=dict(size=12, symbol="circle-open", line=dict(width=2)), name="chosen predictions",
+                                 text=labels, hovertemplate="%{text}: p = %{x:.3f}, loss %{y:.3f}<extra></extra>"))
+        # labels with leader lines, fanned out from right to left and alternately above and below, pointing
+        # inwards: two close marks (p = 0.9 and 0.99) never print on top of each other or past the plot's edge
+        order = np.argsort(-np.asarray(marks["p_true"], dtype=float), kind="stable")
+        for rank, idx in enumerate(order):
+            p = float(marks["p_true"].iloc[idx])
+            fig.add_annotation(x=p, y=float(marks["smoothed_loss"].iloc[idx]), text=labels[idx], showarrow=True,
+                               arrowhead=0, arrowwidth=1, ax=(-1 if p > 0.5 else 1) * (30 + 25 * rank),
+                               ay=-40 if rank % 2 == 0 else 40, xanchor="right" if p > 0.5 else "left")
+    fig.update_xaxes(title="p(true token)", range=[0, 1.02])
     fig.update_yaxes(title="loss (nats)")
-    return _style(fig, presenter, "Label smoothing penalises over-confidence", 400)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"))
+    fig = _style(fig, presenter, "Label smoothing penalises over-confidence", 420)
+    fig.update_layout(margin=dict(b=110))
+    return fig

@@ -69,7 +69,7 @@ def test_png_and_csv_downloads(server, page, tmp_path):
     csv = tmp_path / "maps.csv"
     dl.value.save_as(csv)
     header, first = csv.read_text().splitlines()[:2]
-    assert header.split(",")[:7] == ["kind", "layer", "head", "batch", "query_pos", "key_pos", "weight"]
+    assert header.split(",")[:7] == ["kind", "layer_from_0", "head_from_0", "batch", "query_pos", "key_pos", "weight"]
     assert first.startswith("encoder,0,0,0,0,0,")
     assert not page.console_errors(), page.console_errors()
 
