@@ -75,6 +75,25 @@ WARMUP = {"translate": "Good morning, everyone.", "explorer": "Thank you very mu
 
 
 # -- one student over the WebSocket ---------------------------------------------------------------------------
+
+def _run_async(coro):
+    """``asyncio.run(coro)`` in a thread of its own: the caller's thread may already run an event loop (Playwright's
+    sync API keeps one in the test process), where ``asyncio.run`` refuses to start."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="classroom-students", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
 def _heatmaps(spec: str) -> list[np.ndarray]:
     """The ``z`` arrays of the heatmap traces of a plotly JSON spec (plain lists or plotly's typed arrays)."""
     try:
@@ -296,7 +315,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
         # ("partially initialized module 'numpy'"); the levels then meet a warm server, as a class after the teacher.
         out["warmup"] = []
         for page, text in WARMUP.items():
-            w = asyncio.run(_level(port, [(page, text)], timeout * 2))[0]  # loads torch and the model
+            w = _run_async(_level(port, [(page, text)], timeout * 2))[0]  # loads torch and the model
             out["warmup"].append({"page": page, "seconds": w.get("seconds"), "error": check(w, refs[text])})
         used = 0
         for n in levels:
@@ -320,7 +339,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
                 time.sleep(1.0)  # let the warm-up page's rerun finish on the server
             cpu0, t0 = proc_cpu_s(proc.pid), time.perf_counter()
             start.set()
-            results = asyncio.run(_level(port, ws_jobs, timeout))
+            results = _run_async(_level(port, ws_jobs, timeout))
             if thread is not None:
                 thread.join(timeout)
             wall = time.perf_counter() - t0
