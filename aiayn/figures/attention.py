@@ -275,3 +275,41 @@ def head_stats_figure(stats, metric: str, *, colorscale: str = "Viridis", templa
     if template:
         fig.update_layout(template=template)
     return fig
+
+
+def small_multiples(maps: np.ndarray, panel_titles: Sequence[str], q_labels: Sequence[str], k_labels: Sequence[str],
+                    *, hover_prefixes: Sequence[str], title: str = "", colorscale: str = "Viridis",
+                    zmax: float | None = None, max_height: int = 420, colorbar_thickness: int = 12,
+                    template: str | None = None) -> go.Figure:
+    """N small ``(Q, K)`` heatmaps in one row with one shared colour scale and no tick labels (labels on hover):
+    one map over training steps, or the rollout up to each layer.
+
+    Args:
+        maps: ``(N, Q, K)`` weights.
+        panel_titles: N column titles.
+        q_labels, k_labels: Q / K labels (escaped for plotly here).
+        hover_prefixes: N first hover lines (e.g. ``"step 500"``).
+        zmax: top of the shared scale (default: the largest weight shown, 1 when all are 0).
+        max_height: the figure's height cap in pixels (the height follows the panels' aspect ratio).
+    """
+    w = np.asarray(maps, dtype=float)
+    n, q, k = w.shape
+    fig = make_subplots(rows=1, cols=max(n, 1), horizontal_spacing=0.015, column_titles=list(panel_titles) or None)
+    y, x = [plotly_safe(t) for t in q_labels], [plotly_safe(t) for t in k_labels]
+    for i in range(n):
+        fig.add_trace(go.Heatmap(z=w[i], x=x, y=y, coloraxis="coloraxis",
+                                 hovertemplate=f"{plotly_safe(hover_prefixes[i])}<br>query %{{y}}<br>key %{{x}}<br>"
+                                               "weight %{z:.3f}<extra></extra>"), row=1, col=i + 1)
+    vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
+    fig.update_xaxes(showticklabels=False, type="category")
+    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed")
+    fig.update_layout(
+        coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=vmax,
+                       colorbar=dict(title=dict(text="weight"), thickness=colorbar_thickness)),
+        title=dict(text=title) if title else None,
+        height=int(min(max_height, max(max_height // 2, 80 + 2.2 * max_height / max(n, 1) * q / max(k, 1)))),
+        margin=dict(l=10, r=40, t=80 if title else 40, b=10),
+    )
+    if template:
+        fig.update_layout(template=template)
+    return fig

@@ -8,9 +8,8 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from .attention import plotly_safe
+from .attention import small_multiples
 
 
 def history_strip(
@@ -45,24 +44,8 @@ def history_strip(
         raise ValueError(f"weights of shape {w.shape} but {len(steps)} steps, {len(q_labels)} query and "
                          f"{len(k_labels)} key labels")
     titles = [("▶ " if current is not None and int(s) == int(current) else "") + f"step {int(s)}" for s in steps]
-    fig = make_subplots(rows=1, cols=max(n, 1), horizontal_spacing=0.015, column_titles=titles or None)
-    y, x = [plotly_safe(t) for t in q_labels], [plotly_safe(t) for t in k_labels]
-    for i in range(n):
-        fig.add_trace(go.Heatmap(z=w[i], x=x, y=y, coloraxis="coloraxis",
-                                 hovertemplate=f"step {int(steps[i])}<br>query %{{y}}<br>key %{{x}}<br>"
-                                               "weight %{z:.3f}<extra></extra>"), row=1, col=i + 1)
-    vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
-    fig.update_xaxes(showticklabels=False, type="category")
-    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed")
-    fig.update_layout(
-        coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=vmax, colorbar=dict(title=dict(text="weight"), thickness=12)),
-        title=dict(text=title) if title else None,
-        height=int(min(420, max(200, 80 + 900 / max(n, 1) * q / max(k, 1)))),
-        margin=dict(l=10, r=40, t=80 if title else 40, b=10),
-    )
-    if template:
-        fig.update_layout(template=template)
-    return fig
+    return small_multiples(w, titles, q_labels, k_labels, hover_prefixes=[f"step {int(s)}" for s in steps],
+                           title=title, colorscale=colorscale, zmax=zmax, max_height=420, template=template)
 
 
 def history_curve(

@@ -12,10 +12,9 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from ..analysis import unique_labels
-from .attention import plotly_safe
+from .attention import small_multiples
 
 
 def rollout_layers(
@@ -45,25 +44,7 @@ def rollout_layers(
     L, Q, K = w.shape
     if (Q, K) != (len(q_labels), len(k_labels)):
         raise ValueError(f"rollout of shape {w.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
-    y = [plotly_safe(x) for x in unique_labels(q_labels)]
-    x = [plotly_safe(v) for v in unique_labels(k_labels)]
     titles = [f"<b>layer {l + 1}</b>" if highlight == l + 1 else f"layer {l + 1}" for l in range(L)]
-    fig = make_subplots(rows=1, cols=max(L, 1), horizontal_spacing=0.015, subplot_titles=titles)
-    for layer in range(L):
-        fig.add_trace(go.Heatmap(
-            z=w[layer], x=x, y=y, coloraxis="coloraxis",
-            hovertemplate=f"up to layer {layer + 1}<br>query %{{y}}<br>key %{{x}}<br>weight %{{z:.3f}}<extra></extra>",
-        ), row=1, col=layer + 1)
-    vmax = float(w.max()) if w.size and w.max() > 0 else 1.0
-    fig.update_xaxes(showticklabels=False, type="category")
-    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed")
-    fig.update_layout(
-        coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=vmax,
-                       colorbar=dict(title=dict(text="weight"), thickness=14)),
-        title=dict(text=title) if title else None,
-        height=int(min(520, max(220, 80 + 1100 / max(L, 1) * Q / max(K, 1)))),
-        margin=dict(l=10, r=40, t=80 if title else 40, b=10),
-    )
-    if template:
-        fig.update_layout(template=template)
-    return fig
+    return small_multiples(w, titles, unique_labels(q_labels), unique_labels(k_labels),
+                           hover_prefixes=[f"up to layer {l + 1}" for l in range(L)], title=title,
+                           colorscale=colorscale, max_height=520, colorbar_thickness=14, template=template)
