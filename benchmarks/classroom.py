@@ -311,8 +311,9 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
     proc = start_server(port, extra_server_args)
     out: dict[str, Any] = {"port": port, "pid": proc.pid, "levels": []}
     try:
-        # One page after the other: two sessions running a cold server's first imports at once can fail
-        # ("partially initialized module 'numpy'"); the levels then meet a warm server, as a class after the teacher.
+        # One page after the other, as the teacher does before the class: the levels then meet a warm server.
+        # (Sessions arriving together at a cold server no longer fail on their imports since aiayn.app.preload:
+        # tests/test_cold_server.py.)
         out["warmup"] = []
         for page, text in WARMUP.items():
             w = _run_async(_level(port, [(page, text)], timeout * 2))[0]  # loads torch and the model

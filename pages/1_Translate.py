@@ -3,6 +3,8 @@ Input longer than SPLIT_ABOVE characters is split into sentences here (the Trans
 and flags it as truncated), translated one by one, and shown joined."""
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import re
 
 import pandas as pd

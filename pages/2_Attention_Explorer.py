@@ -5,6 +5,8 @@ Free-running (the model's own beam-search output) or teacher-forced (a reference
 """
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import streamlit as st
 
 from aiayn import app as ui
@@ -115,10 +117,6 @@ if hint_col is not None:
 TABS = tuple(TAB_LABELS.values())  # Material icons
 
 
-def _track_tab() -> None:
-    st.session_state.tab_tracked = True
-
-
 @st.fragment
 def view(result) -> None:
     """Controls (kind, layer, head, words, specials, values; all in the URL), the five tabs
@@ -161,14 +159,12 @@ def view(result) -> None:
                      hide_special=hide, values=values)
     stack, q_lab, k_lab = v.stack()
 
-    # All five tabs are drawn on a page's first run, so browsing them is instant. Once a tab has been
-    # clicked, the open tab is tracked and only it is drawn: a change of head, layer or option then
-    # re-renders one tab, not five (the others are drawn when opened: a rerun of this fragment).
-    tab_head, tab_all, tab_step, tab_stats, tab_hist = st.tabs(list(TABS), key="tab", on_change=_track_tab)
-    only_open = bool(st.session_state.get("tab_tracked"))
+    # Only the open tab is drawn (issue 14, a class of 30: drawing all five on a first visit was most of the
+    # server's time per student). Opening another tab reruns this fragment (on_change) and draws that one.
+    tab_head, tab_all, tab_step, tab_stats, tab_hist = st.tabs(list(TABS), key="tab", on_change="rerun")
 
     def _render(tab) -> bool:
-        return not only_open or bool(tab.open)
+        return tab.open is not False
 
     with tab_head:
         if _render(tab_head):

@@ -2,6 +2,8 @@
 map M_k, norms beside the model's embeddings, interleaved vs concatenated, learned positions."""
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import json
 
 import numpy as np

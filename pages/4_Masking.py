@@ -2,6 +2,8 @@
 and what leaks when the look-ahead mask is removed."""
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import json
 
 import numpy as np
@@ -99,8 +101,10 @@ if batch is not None:
 
 # -- 2. one head, stage by stage -------------------------------------------------------------------------------
 st.header("2 · One masked decoder head, stage by stage")
-ui.warn_bad_param("layer", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_layers, f"layer must be 1..{cfg.n_layers}")
-ui.warn_bad_param("head", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_heads, f"head must be 1..{cfg.n_heads}")
+# dec_layer / dec_head, not layer / head: the explorer's head picker holds "mean" under "head", and a widget key is
+# one value for the whole session, so sharing it made a visit here reset the explorer's head (issue 14)
+ui.warn_bad_param("dec_layer", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_layers, f"dec_layer must be 1..{cfg.n_layers}")
+ui.warn_bad_param("dec_head", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_heads, f"dec_head must be 1..{cfg.n_heads}")
 ui.warn_bad_param("nomask", lambda r: r.lower() in ("true", "false"), "nomask must be true or false")
 default_text = DEFAULT_SENTENCE.get(ctx.src_lang, DEFAULT_SENTENCE["en"])
 c1, c2 = st.columns([3, 2])
@@ -108,8 +112,8 @@ text = c1.text_input(f"Source sentence ({ctx.src_lang})", value=default_text, ke
 reference = c2.text_input(f"Decoder input ({ctx.tgt_lang}); empty = the model's own translation", value="", key="ref",
                           bind="query-params", max_chars=400)
 c3, c4, c5 = st.columns(3)
-layer = c3.selectbox("Decoder layer", list(range(1, cfg.n_layers + 1)), key="layer", bind="query-params")
-head = c4.selectbox("Head", list(range(1, cfg.n_heads + 1)), key="head", bind="query-params")
+layer = c3.selectbox("Decoder layer", list(range(1, cfg.n_layers + 1)), key="dec_layer", bind="query-params")
+head = c4.selectbox("Head", list(range(1, cfg.n_heads + 1)), key="dec_head", bind="query-params")
 li, hi = int(layer) - 1, int(head) - 1  # layers and heads are numbered from 1 in the app, as in the explorer
 no_mask = c5.toggle("Remove the look-ahead mask", key="nomask", bind="query-params",
                     help="Run the same decoder with a full (non-causal) self-attention mask: what leaks from the future?")

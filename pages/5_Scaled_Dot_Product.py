@@ -2,6 +2,8 @@
 step on small matrices you can edit."""
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import json
 
 import numpy as np

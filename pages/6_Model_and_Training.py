@@ -2,6 +2,8 @@
 metrics log, the learning-rate schedule (Section 5.3, Equation 3) and label smoothing (Section 5.4)."""
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import json
 
 import numpy as np

@@ -3,6 +3,8 @@
 head alone costs on the curated sentences. Heads are removed before W^O (Section 3.2.2)."""
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import streamlit as st
 
 from aiayn import app as ui

@@ -3,6 +3,8 @@ multiplies it through the layers, for the encoder, the masked decoder and the en
 """
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import streamlit as st
 
 from aiayn import app as ui

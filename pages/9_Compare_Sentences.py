@@ -7,6 +7,8 @@ the URL: ``a``, ``b`` (the sentences), ``ra``, ``rb`` (references, teacher-force
 """
 from __future__ import annotations
 
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
 import numpy as np
 import streamlit as st
 

@@ -22,8 +22,14 @@ SENT, REF = "I have no time.", "Ich habe keine Zeit."
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2300-\u23FF\u2600-\u27BF\u2B00-\u2BFF]")
 
 
-def run(query=None):
+def run(query=None, tab=None):
+    """The explorer after its first run; ``tab`` (a key of TAB_LABELS) opens that tab first: only the open tab
+    is drawn."""
     at = AppTest.from_file(APP, default_timeout=60)
+    if tab is not None:
+        from aiayn.app.explorer import TAB_LABELS
+
+        at.session_state["tab"] = TAB_LABELS[tab]
     for k, v in (query or {}).items():
         at.query_params[k] = v
     at.switch_page(PAGE)
@@ -58,7 +64,7 @@ def forced(tiny_checkpoints):
 
 
 def test_tabs_buttons_and_hint_use_material_icons_not_emoji(checkpoints):
-    at = run()
+    at = run(tab="stats")
     labels = [t.label for t in at.tabs]
     assert len(labels) >= 5 and all(lbl.startswith(":material/") for lbl in labels[:5]), labels
     assert not any(EMOJI.search(lbl) for lbl in labels), labels
@@ -68,7 +74,7 @@ def test_tabs_buttons_and_hint_use_material_icons_not_emoji(checkpoints):
 
 
 def test_all_heads_grid_frames_the_picked_head_and_is_clickable(checkpoints):
-    at = run({"layer": "2", "head": "3"})
+    at = run({"layer": "2", "head": "3"}, tab="all")
     mv = charts(at)["model_view"]
     heat = [t for t in mv["data"] if t["type"] == "heatmap"]
     marks = [t for t in mv["data"] if t["type"] == "scatter"]
@@ -88,7 +94,7 @@ def test_all_heads_grid_frames_the_picked_head_and_is_clickable(checkpoints):
     from streamlit.proto.PlotlyChart_pb2 import PlotlyChart
 
     assert list(el.proto.selection_mode) == [PlotlyChart.SelectionMode.POINTS]
-    at = run({"head": "mean", "layer": "1"})
+    at = run({"head": "mean", "layer": "1"}, tab="all")
     (style,) = [h.proto.body for h in at.get("html") if "nsewdrag" in h.proto.body]
     assert all(f'data-subplot="x{n}y{n}"' in style for n in ("", 2, 3, 4)) and 'x5y5' not in style  # the row
     assert charts(at)["model_view"] == mv  # the grid's figure does not change with the head: no browser redraw
@@ -106,18 +112,18 @@ def test_a_clicked_thumbnail_opens_that_head():
             st.session_state["model_view"] = {"selection": {"points": [{"curve_number": 13, "customdata": [2, 3]}]}}
             open_picked_head()
         st.write(st.session_state.get("layer"), st.session_state.get("head"),
-                 st.session_state.get("tab") == TAB_LABELS["head"], st.session_state.get("tab_tracked"))
+                 st.session_state.get("tab") == TAB_LABELS["head"])
 
     at = AppTest.from_function(script, default_timeout=30).run()
     assert not at.exception, at.exception
     assert at.session_state["layer"] == "2" and at.session_state["head"] == "3"
-    assert at.session_state["tab_tracked"] is True and "One head" in at.session_state["tab"]
+    assert "One head" in at.session_state["tab"]
 
 
 def test_step_titles_keep_eos_and_the_cross_row_is_scaled_to_its_max(checkpoints, forced):
     T = len(forced.output_tokens)
     assert forced.output_tokens[-1] == "</s>"
-    at = run({"mode": "forced", "text": SENT, "ref": REF, "step": str(T), "head": "2"})
+    at = run({"mode": "forced", "text": SENT, "ref": REF, "step": str(T), "head": "2"}, tab="step")
     c = charts(at)
     assert "next: &lt;/s&gt;, p = " in c["step_topk"]["layout"]["title"]["text"]
     row = forced.attention.cross[-1, 0, 1, T - 1].numpy()
@@ -140,19 +146,21 @@ def test_word_mode_rows_read_fed_word_to_predicted(checkpoints, forced):
 
 
 def test_undefined_head_statistics_are_na_not_zero(checkpoints):
-    at = run()  # cross-attention: the source has no <s>; self/previous/next not defined
+    at = run(tab="stats")  # cross-attention: the source has no <s>; self/previous/next not defined
     df = at.dataframe[0].value
     assert df["bos"].isna().all() and df["eos"].notna().all()
     assert at.dataframe[0].proto.placeholder == "–"  # how the browser shows a missing value (default: "None")
-    at = run({"kind": "decoder"})
+    at = run({"kind": "decoder"}, tab="stats")
     df = at.dataframe[0].value
     assert df["eos"].isna().all() and df["next"].isna().all() and df["bos"].notna().all()
     assert df["previous"].notna().all()
 
 
 def test_presenter_mode_makes_every_chart_taller(checkpoints):
-    normal = charts(run())
-    big = charts(run({"presenter": "true"}))
+    def every_tab(query=None):
+        return {k: v for tab in ("head", "all", "step", "stats") for k, v in charts(run(query, tab=tab)).items()}
+
+    normal, big = every_tab(), every_tab({"presenter": "true"})
     keys = {"head_view", "model_view", "step_decoder", "step_cross", "stats_grid"}
     assert keys <= set(normal) and keys <= set(big)
     for key in keys | ({"step_topk"} & set(normal)):

@@ -363,3 +363,55 @@ def test_download_buttons_have_no_emoji_and_name_the_numbering(checkpoints):
         assert not _emoji(b.proto.label) and b.proto.label in ("CSV", "JSON"), b.proto.label
         assert b.proto.icon == ":material/download:"
         assert "count from 0" in b.proto.help and "count from 1" in b.proto.help
+
+
+def test_server_uses_one_torch_thread_unless_told_otherwise(tiny_checkpoints, monkeypatch):
+    """A server answers many sessions at once: one intra-op thread per request (AIAYN_TORCH_THREADS overrides;
+    a bad value is a clear ModelUnavailable on the page, not a traceback)."""
+    import streamlit as st
+    import torch
+
+    from aiayn.app import models
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv(models.THREADS_ENV, raising=False)
+        assert models.serving_threads() == 1
+        for bad in ("0", "two", "-1", "1.5"):
+            monkeypatch.setenv(models.THREADS_ENV, bad)
+            with pytest.raises(ValueError, match=models.THREADS_ENV):
+                models.serving_threads()
+            st.cache_resource.clear()
+            with pytest.raises(models.ModelUnavailable, match=models.THREADS_ENV):
+                models.load_translator("en-de")
+        monkeypatch.setenv(models.THREADS_ENV, "2")
+        st.cache_resource.clear()
+        models.load_translator("en-de")
+        assert torch.get_num_threads() == 2
+        monkeypatch.delenv(models.THREADS_ENV)
+        st.cache_resource.clear()
+        models.load_translator("de-en")
+        assert torch.get_num_threads() == 1
+    finally:
+        st.cache_resource.clear()
+        torch.set_num_threads(before)
+
+
+def test_a_visit_to_the_masking_page_keeps_the_explorers_layer_and_head(checkpoints):
+    """Issue 14: the masking page bound its integer pickers to the explorer's keys (``layer``, ``head``), so a visit
+    there reset the explorer's head ("mean" is no masking head). Its pickers are ``dec_layer`` / ``dec_head`` now."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.switch_page("pages/2_Attention_Explorer.py")
+    at.run()
+    at.selectbox(key="layer").set_value("1").run()
+    assert at.segmented_control(key="head").value == "mean"
+    at.switch_page("pages/4_Masking.py")
+    at.run()
+    assert not at.exception, at.exception
+    at.selectbox(key="dec_head").set_value(3).run()
+    assert not at.exception, at.exception
+    at.switch_page("pages/2_Attention_Explorer.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.segmented_control(key="head").value == "mean" and at.selectbox(key="layer").value == "1"

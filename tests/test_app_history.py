@@ -56,8 +56,14 @@ def app_env(monkeypatch):
     st.cache_resource.clear()
 
 
-def run(query=None):
+def run(query=None, tab=None):
+    """The explorer after its first run; ``tab`` (a key of TAB_LABELS) opens that tab first: only the open tab
+    is drawn."""
     at = AppTest.from_file(APP, default_timeout=60)
+    if tab is not None:
+        from aiayn.app.explorer import TAB_LABELS
+
+        at.session_state["tab"] = TAB_LABELS[tab]
     for k, v in (query or {}).items():
         at.query_params[k] = v
     at.switch_page(PAGE)
@@ -85,7 +91,7 @@ def z_of(spec: dict) -> np.ndarray:
 def test_slider_scrubs_the_recorded_steps(history_checkpoints, app_env):
     app_env(history_checkpoints)
     h = load_history(history_checkpoints / "en-de")
-    at = run()
+    at = run(tab="history")
     assert not at.exception, at.exception
     slider = at.select_slider(key="tstep")
     assert list(slider.options) == [str(s) for s in STEPS] and slider.value == "20"  # the last step by default
@@ -114,7 +120,7 @@ def test_url_restores_sentence_kind_layer_head_and_step(history_checkpoints, app
     app_env(history_checkpoints)
     h = load_history(history_checkpoints / "en-de")
     src = h.sentences[2].source
-    at = run({"tsent": src, "tstep": "10", "kind": "encoder", "layer": "1", "head": "3"})
+    at = run({"tsent": src, "tstep": "10", "kind": "encoder", "layer": "1", "head": "3"}, tab="history")
     assert not at.exception, at.exception
     assert at.selectbox(key="tsent").value == src and at.select_slider(key="tstep").value == "10"
     np.testing.assert_allclose(z_of(charts(at)["history_map"]), h.stack(2, "encoder")[1, 0, 2], atol=1e-5)
@@ -127,14 +133,14 @@ def test_url_restores_sentence_kind_layer_head_and_step(history_checkpoints, app
 
 def test_bad_step_in_the_url_is_reported(history_checkpoints, app_env):
     app_env(history_checkpoints)
-    at = run({"tstep": "15"})
+    at = run({"tstep": "15"}, tab="history")
     assert not at.exception
     assert any("tstep" in w.value and "0, 10, 20" in w.value for w in at.warning)
 
 
 def test_checkpoint_without_history_says_so(tiny_checkpoints, app_env):
     app_env(tiny_checkpoints)
-    at = run()
+    at = run(tab="history")
     assert not at.exception, at.exception
     assert any("trained before the attention history was recorded" in i.value for i in at.info)
     assert "history_map" not in charts(at) and not at.get("select_slider")
@@ -144,7 +150,7 @@ def test_switching_direction_keeps_the_tab_working(history_checkpoints, app_env)
     """A sentence picked in en-de is not one of de-en's: the tab falls back to de-en's first sentence."""
     app_env(history_checkpoints)
     h_de = load_history(history_checkpoints / "de-en")
-    at = run({"tsent": load_history(history_checkpoints / "en-de").sentences[1].source})
+    at = run({"tsent": load_history(history_checkpoints / "en-de").sentences[1].source}, tab="history")
     assert not at.exception, at.exception
     at = at.select_slider(key="tstep").set_value("10").run()  # a step de-en's history does not have
     at.radio(key="direction").set_value("de-en")

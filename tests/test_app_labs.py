@@ -121,16 +121,16 @@ def test_masking_page_stages_follow_layer_and_head(checkpoints):
     dec_in = [tr.cfg.bos_id] + hyp.output_ids[:-1]
     w00 = chart(at, "weights")["data"][0]["z"]
     assert np.allclose(w00, lessons.decoder_mask_steps(tr.model, src, dec_in, 0, 0).weights, atol=1e-6)
-    at.selectbox(key="layer").set_value(2).run()  # numbered from 1 in the app: index 1
-    at.selectbox(key="head").set_value(4).run()
+    at.selectbox(key="dec_layer").set_value(2).run()  # numbered from 1 in the app: index 1
+    at.selectbox(key="dec_head").set_value(4).run()
     w13 = chart(at, "weights")["data"][0]["z"]
     assert np.allclose(w13, lessons.decoder_mask_steps(tr.model, src, dec_in, 1, 3).weights, atol=1e-6)
     assert not np.allclose(w00, w13)
 
 
 def test_masking_page_remove_mask_shows_leak(checkpoints):
-    at = open_page(MASK, layer="2", head="3", nomask="true", text="good morning", ref="guten Morgen")
-    assert at.selectbox(key="layer").value == 2 and at.selectbox(key="head").value == 3
+    at = open_page(MASK, dec_layer="2", dec_head="3", nomask="true", text="good morning", ref="guten Morgen")
+    assert at.selectbox(key="dec_layer").value == 2 and at.selectbox(key="dec_head").value == 3
     assert {"future_mass", "unmasked_weights", "p_next"} <= keys(at)
     tr = Translator.load(checkpoints / "en-de", device="cpu")
     src, _, _ = tr.encode_source("good morning")
@@ -144,8 +144,8 @@ def test_masking_page_remove_mask_shows_leak(checkpoints):
 
 
 def test_masking_page_bad_input(checkpoints):
-    at = open_page(MASK, head="9")
-    assert "Ignored the URL parameter `head=9`" in messages(at)
+    at = open_page(MASK, dec_head="9")
+    assert "Ignored the URL parameter `dec_head=9`" in messages(at)
     at.text_input(key="text").set_value("   ").run()
     assert not at.exception and "Type a source sentence" in messages(at)
     at = open_page(MASK)
@@ -287,7 +287,7 @@ def test_pe_sinusoid_range_is_restored_from_the_url_and_bad_values_warn(checkpoi
 
 def test_masking_page_counts_layers_and_heads_from_one(checkpoints):
     """Issue 14: the future-mass heatmap read "L0 H0" beside selectors counting from 1."""
-    at = open_page(MASK, nomask="true", layer="2", head="3")
+    at = open_page(MASK, nomask="true", dec_layer="2", dec_head="3")
     rows = list(chart(at, "future_mass")["data"][0]["y"])
     assert rows[0] == "layer 1 · head 1" and rows[-1] == "layer 2 · head 4" and len(rows) == 2 * 4
     assert "layer 2, head 3" in chart(at, "unmasked_weights")["layout"]["title"]["text"]

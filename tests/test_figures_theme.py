@@ -58,3 +58,22 @@ def test_labs_presenter_figures_use_the_template():
     expected = apply_presenter_theme(labs.pe_curves_figure(df, presenter=False))
     assert big.to_plotly_json() == expected.to_plotly_json()
     assert big.layout.xaxis.tickfont.size == PRESENTER_FONT_SIZE - 2
+
+
+def test_use_template_gives_the_same_figure_as_setting_it_by_name(monkeypatch):
+    """use_template skips plotly's slow by-name validation for the default template (issue 14: a class's charts
+    on one server) without changing the figure: same JSON as update_layout(template=name); other templates are set."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from aiayn.figures.theme import use_template
+
+    def made():
+        return go.Figure(go.Heatmap(z=[[0.1, 0.9], [0.5, 0.5]]))
+
+    monkeypatch.setattr(pio.templates, "default", "plotly_white")
+    explicit = made().update_layout(template="plotly_white")
+    assert use_template(made(), "plotly_white").to_json() == explicit.to_json()
+    dark = use_template(made(), "plotly_dark")
+    assert dark.to_json() == made().update_layout(template="plotly_dark").to_json() != explicit.to_json()
+    assert use_template(made(), None).to_json() == made().to_json()

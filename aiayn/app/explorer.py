@@ -181,7 +181,6 @@ def open_picked_head() -> None:
         return
     st.session_state["layer"], st.session_state["head"] = str(picked[0]), str(picked[1])
     st.session_state["tab"] = TAB_LABELS["head"]
-    st.session_state["tab_tracked"] = True
 
 
 def all_heads_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: list[str]) -> None:

@@ -60,10 +60,38 @@ def checkpoint_stamp(path: str | Path) -> str:
     return "|".join(parts)
 
 
+#: environment variable: torch intra-op threads of the app's server process (default 1, see :func:`serving_threads`)
+THREADS_ENV = "AIAYN_TORCH_THREADS"
+
+
+def serving_threads() -> int:
+    """Torch intra-op threads for the app's server: ``$AIAYN_TORCH_THREADS``, default 1.
+
+    One server answers many sessions at once, each in a thread of its own; the model's operations are small
+    (a few sentences, d_model 256), so a second intra-op thread does not make one translation faster (49.5 ms
+    with one thread, 49.8 ms with two, beam 4, on the 2-core CPU) but each request's threads then spin against
+    the other sessions': with 30 students at once the server spent 0.18 CPU-s per student with torch's default
+    (one thread per core) and 0.105 with one (``python -m benchmarks --only classroom``, issue 14). With one
+    thread per request, requests run their model operations side by side (torch releases the GIL).
+
+    Raises:
+        ValueError: the variable is set to something other than a positive integer.
+    """
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{THREADS_ENV} must be a positive integer (torch threads of the app server), got {raw!r}")
+    return int(raw)
+
+
 @st.cache_resource(show_spinner="Loading the model (once per server process)…", max_entries=6)
 def _load_translator(path: str, stamp: str):  # noqa: ARG001 - stamp is part of the cache key
-    from ..translator import Translator  # imports torch: only when a page needs the model
+    import torch  # only when a page needs the model
 
+    from ..translator import Translator
+
+    torch.set_num_threads(serving_threads())  # process-wide: the whole server shares one setting
     return Translator.load(path)
 
 
@@ -136,7 +164,7 @@ def model_card(path: str | Path) -> str | None:
 
 def _import_model_code() -> None:
     try:
-        importlib.import_module("aiayn.translator")
+        importlib.import_module("aiayn.app.preload")  # torch and all the pages need, in one go
     except Exception:  # noqa: BLE001 - a broken install shows up (with a message) on the model pages
         pass
 

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import unique_labels
 from .attention import plotly_safe
+from .theme import use_template
 
 #: the sweep's metrics and how the figures title them
 SWEEP_METRICS = {
@@ -83,8 +84,7 @@ def sweep_figure(df, metric: str = "chrf_drop", *, colorscale: str = DIVERGING, 
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_layout(coloraxis=axis, title=dict(text=title) if title else None, height=int(160 + 60 * L),
                       margin=dict(l=10, r=10, t=70 if title else 40, b=10))
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig
 
 
@@ -116,8 +116,7 @@ def difference_heatmap(diff: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
         yaxis=dict(title=y_title, type="category", autorange="reversed"),
         height=int(min(1100, max(380, 160 + cell * d.shape[0]))), margin=dict(l=10, r=10, t=60 if title else 20, b=10),
     )
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig
 
 
@@ -153,8 +152,7 @@ def difference_grid(diff: np.ndarray, *, removed: Iterable[tuple[int, int]] = ()
         height=int(min(1400, max(300, 40 + L * max(110, 900 / max(H, 1) * Q / max(K, 1))))),
         margin=dict(l=10, r=40, t=70 if title else 40, b=10),
     )
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig
 
 

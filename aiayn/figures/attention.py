@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis import unique_labels
+from .theme import use_template
 
 #: axis titles per kind: (query axis, key axis). Decoder queries are labelled ``"i:decoder input→output"``
 #: (:func:`aiayn.analysis.query_labels`): the piece fed at position i (BOS-shifted) and the piece predicted.
@@ -100,8 +101,7 @@ def heatmap_figure(trace: go.Heatmap, shape: tuple[int, ...], *, title: str = ""
         height=height or int(min(1100, max(380, 160 + cell * shape[0]))),
         margin=dict(l=10, r=10, t=60 if title else 20, b=10),
     )
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig
 
 
@@ -194,8 +194,7 @@ def model_view(
         height=height, hoverdistance=1 if clickable else 20,
         margin=dict(l=10, r=40, t=70 if title else 40, b=10),
     )
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     if selected is not None:
         highlight_head(fig, *selected, n_layers=L, n_heads=H)
     return fig
@@ -255,8 +254,7 @@ def topk_bar(pieces: Sequence[str], probs: Sequence[float], *, chosen: str | Non
         yaxis=dict(type="category", autorange="reversed"),
         height=max(260, 60 + 26 * len(p)), margin=dict(l=10, r=10, t=50 if title else 20, b=10),
     )
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig
 
 
@@ -272,8 +270,7 @@ def head_stats_figure(stats, metric: str, *, colorscale: str = "Viridis", templa
         hovertemplate="%{y}, %{x}<br>" + plotly_safe(metric) + " = %{z:.3f}<extra></extra>",
     ))
     fig.update_layout(yaxis=dict(autorange="reversed"), height=120 + 50 * L, margin=dict(l=10, r=10, t=20, b=10))
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig
 
 
@@ -310,6 +307,5 @@ def small_multiples(maps: np.ndarray, panel_titles: Sequence[str], q_labels: Seq
         height=int(min(max_height, max(max_height // 2, 80 + 2.2 * max_height / max(n, 1) * q / max(k, 1)))),
         margin=dict(l=10, r=40, t=80 if title else 40, b=10),
     )
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig

@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .attention import small_multiples
+from .theme import use_template
 
 
 def history_strip(
@@ -79,6 +80,5 @@ def history_curve(
                                  hovertemplate="step %{x}<br>%{y:.3f}<extra></extra>"))
     fig.update_layout(title=dict(text=title) if title else None, xaxis_title="training step", yaxis_title=y_title,
                       height=300, showlegend=False, margin=dict(l=10, r=10, t=50 if title else 20, b=10))
-    if template:
-        fig.update_layout(template=template)
+    use_template(fig, template)
     return fig

@@ -47,6 +47,21 @@ def presenter_template(size: int = PRESENTER_FONT_SIZE) -> go.layout.Template:
 pio.templates[TEMPLATE_NAME] = presenter_template()
 
 
+def use_template(fig: go.Figure, template: str | None) -> go.Figure:
+    """Apply the plotly template ``template`` (a registered name such as ``"plotly_white"``, names joined by
+    ``+``, or None for none) to ``fig``'s layout, in place; returns ``fig``.
+
+    A template that is already plotly's default (``plotly.io.templates.default``) is not set again: plotly put
+    it on the figure when the figure was made, without validating it. Set by name, plotly validates a copy of
+    the whole template, 7-9 ms per figure on the project's 2-core CPU against about 1 ms for the default
+    path; the JSON is the same. The app makes its light theme's template the default
+    (:mod:`aiayn.app.frame`), so a server drawing a class's charts skips that cost (issue 14).
+    """
+    if template and template != pio.templates.default:
+        fig.update_layout(template=template)
+    return fig
+
+
 def apply_presenter_theme(fig: go.Figure, size: int = PRESENTER_FONT_SIZE) -> go.Figure:
     """Write the presenter template (:func:`presenter_template`) onto every text element of ``fig``, in place.
 

@@ -27,7 +27,7 @@ def _wait_charts(pg, n: int) -> None:
 LABS = [
     ("pages/3_Positional_Encoding.py", "d_model=16&length=20&layout=concatenated&k=4", "Positional encoding",
      ["PE (concatenated): 20 positions × d_model = 16", "Similarity depends on the offset only", "M_k PE(pos)"], 6),
-    ("pages/4_Masking.py", "layer=2&head=2&nomask=true", "Masking",
+    ("pages/4_Masking.py", "dec_layer=2&dec_head=2&nomask=true", "Masking",
      ["look-ahead (causal) mask", "masked: future keys", "attention mass on future tokens"], 10),
     ("pages/5_Scaled_Dot_Product.py", "d_k=8&scaled=true&mask=causal", "Scaled dot-product",
      ["d_k = 8: sample variance", "Unscaled scores saturate", "softmax per row"], 6),

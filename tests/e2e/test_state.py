@@ -34,7 +34,8 @@ def test_translate_and_explorer_keep_their_state_across_a_sidebar_round_trip(ser
     wait_ready(page)
     assert page.get_by_label(re.compile("Sentence in")).input_value() == "Good morning"
     assert page.locator("[data-testid=stHeading] h3").first.inner_text()
-    assert page.locator("[data-testid=stPlotlyChart] .main-svg").count() > 0
+    # plotly draws after the script run has finished (its JavaScript loads on demand): wait for the SVG
+    page.wait_for_selector("[data-testid=stPlotlyChart] .main-svg", timeout=30_000)
     page.get_by_role("spinbutton", name="Beam size").fill("3")
     page.get_by_role("spinbutton", name="Max output pieces").fill("20")
     page.get_by_role("slider", name=re.compile("Length penalty")).focus()
@@ -63,7 +64,7 @@ def test_translate_and_explorer_keep_their_state_across_a_sidebar_round_trip(ser
         "text": "The house is small.", "beam": "3", "alpha": "1.0", "maxlen": "20"}, back
     # the translation and its alignment are shown again, not only the inputs
     assert page.locator("[data-testid=stHeading] h3").first.inner_text() == translation
-    assert page.locator("[data-testid=stPlotlyChart] .main-svg").count() > 0
+    page.wait_for_selector("[data-testid=stPlotlyChart] .main-svg", timeout=30_000)
     assert page.get_by_text("stopped at the maximum output length").count() == 0
 
     # -- Attention explorer: sentence and reference ------------------------------------------------------------
