@@ -94,7 +94,7 @@ def model_card_brief(ctx: ui.PageContext) -> None:
     cols[5].metric("Vocabulary", f"{cfg.vocab_size:,}", help="joint SentencePiece BPE pieces, shared embeddings")
     facts = [f"**Direction:** {ui.DIRECTION_LABELS[ctx.direction]}",
              f"**P_drop:** {cfg.dropout}", f"**Max length:** {cfg.max_len} pieces",
-             f"**Layer order:** {'pre-LN' if cfg.norm_first else 'post-LN (as in the paper)'}"]
+             f"**Layer order:** {'pre-LN (a departure from the paper, see the model card)' if cfg.norm_first else 'post-LN (as in the paper)'}"]
     if meta.get("step") is not None:
         facts.append(f"**Training steps:** {meta['step']:,}")
     if meta.get("train_tokens"):

@@ -111,3 +111,18 @@ def test_card_says_a_warm_started_model_was_not_trained_from_scratch(tiny_checkp
     assert "trained from scratch" not in text
     assert "starting from the weights of the run `runs/en-de`" in text and "- Warm start:" in text
     assert "/home/someone" not in text  # the user's home stays out of a shipped card
+
+
+def test_card_says_plainly_when_the_layer_order_departs_from_the_paper(tiny_checkpoints, tmp_path):
+    """Issue 13: a pre-LN model must not be carded as "Post-LN as in the paper"."""
+    import shutil
+
+    ckpt = tmp_path / "en-de"
+    shutil.copytree(tiny_checkpoints / "en-de", ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    post = render_card(ckpt, None, None, [], "cpu")
+    assert cfg["model"]["norm_first"] is False and "Post-LN as in the paper" in post and "departure" not in post
+    cfg["model"]["norm_first"] = True
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    pre = render_card(ckpt, None, None, [], "cpu")
+    assert "Post-LN as in the paper" not in pre and "Pre-LN, a departure from the paper" in pre

@@ -57,6 +57,17 @@ def _config_change_lines(changes: list[dict[str, Any]] | None, accumulation: int
             + "; ".join(f"from step {step}: {text}" for step, text in notes) + "."]
 
 
+def layer_order_note(norm_first: bool) -> str:
+    """One sentence for a model card (and the app) on where LayerNorm sits: post-LN is the paper's
+    ``LayerNorm(x + Sublayer(x))`` (Section 3.1); pre-LN (``x + Sublayer(LayerNorm(x))``, Xiong et al. 2020) is a
+    departure, said plainly with the reason it is used (docs/training.md)."""
+    if not norm_first:
+        return "Post-LN as in the paper (`norm_first=False`: LayerNorm(x + Sublayer(x)), Section 3.1)."
+    return ("**Pre-LN, a departure from the paper** (`norm_first=True`: x + Sublayer(LayerNorm(x)), plus a final "
+            "LayerNorm on each stack; Xiong et al. 2020): in a short training budget the paper's post-LN at N = 6 did "
+            "not leave the unigram plateau, pre-LN did (docs/training.md).")
+
+
 def _short_path(path: str) -> str:
     """The last two components of a path (``runs/en-de``): enough to name a run without the user's home."""
     parts = Path(path).parts
@@ -101,7 +112,8 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     for key in ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "attention_dropout", "vocab_size", "norm_first", "positional",
                 "share_embeddings", "layer_norm_eps", "max_len"):
         lines.append(f"| {key} | {model.get(key)} |")
-    lines += ["", "Post-LN as in the paper (`norm_first=False`), sinusoidal positions (Section 3.5), three-way tied embeddings (Section 3.4).", ""]
+    lines += ["", layer_order_note(bool(model.get("norm_first"))) + " Sinusoidal positions (Section 3.5), three-way tied "
+              "embeddings (Section 3.4).", ""]
     lines += ["## Training", ""]
     lines += [f"- Recipe (Section 5): Adam (beta1 0.9, beta2 0.98, eps 1e-9), learning rate of Equation 3 with warmup_steps = "
               f"{tc.get('warmup_steps')} and lr_scale = {tc.get('lr_scale')}, label smoothing epsilon_ls = {tc.get('epsilon_ls')}, "
