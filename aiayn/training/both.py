@@ -1,0 +1,713 @@
+"""``aiayn train-both``: one command for a GPU session. Trains en-de and de-en side by side (two ``aiayn train``
+child processes on one GPU, or on the CPU with half the cores each) within a time budget, then per direction
+averages the last states into a float16 checkpoint (Section 6.1), evaluates it on the test split(s), writes its
+model card and head sweep, and summarises everything in ``OUT/summary.json`` and a printed table.
+
+Layout of ``OUT``::
+
+    runs/{en-de,de-en}/          the run states (``aiayn train --run``), resumable by hand with ``aiayn train --resume``
+    checkpoints/{en-de,de-en}/   the layout of the shipped ``checkpoints/*/``: config.json, model.safetensors (fp16),
+                                 spm.model, metrics.jsonl, eval_test.json (+ eval_test_general.json), MODEL_CARD.md,
+                                 head_sweep.json (and attention_history.safetensors when the run recorded one)
+    logs/{en-de,de-en}.log       both children's output, each line stamped with the time and the stage
+    logs/{en-de,de-en}.post.json what each post-training stage returned
+    summary.json                 recipe, budget, and per direction: steps, tokens, minutes, tok/s, BLEU/chrF per split
+
+A checkpoint directory appears only once it is complete (it is assembled in a temporary folder beside it and
+renamed), so an interrupted or failed run never leaves a half-written checkpoint. ``--pack DATA OUT.tar.gz`` packs
+a prepared data folder for the device machine instead (docs/training.md, "One command for a GPU session").
+
+The recipes are plain data (:data:`RECIPES`); ``--set`` overrides model fields (as ``aiayn train --set``) and
+``--train-set`` training fields (any ``aiayn train --flag``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from dataclasses import fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+DIRECTIONS = ("en-de", "de-en")
+
+#: The recipes ``--recipe`` picks. ``preset`` and ``model`` make the TransformerConfig (``--preset``, ``--set``),
+#: ``train`` holds TrainConfig fields given to ``aiayn train`` as flags, ``average_last`` is k of Section 6.1, and
+#: ``reserve_minutes`` is the part of ``--max-minutes`` kept for start-up, the final validation, averaging,
+#: evaluation, the card and the head sweep (the training children get the rest as their ``--max-minutes``).
+RECIPES: dict[str, dict[str, Any]] = {
+    # The best measured GPU run (/work/shared/notes/gpu-training.md, H100): post-LN at N = 6 did not start within
+    # 2,000 steps at these rates, pre-LN reached valid BLEU 7.4 (100 sentences) at step 2,000. One 25k-token
+    # micro-batch per step (Section 5.1: ~25k target tokens), bf16 autocast, Equation 3 with warmup 1,000 x 0.7.
+    "gpu-n6": {
+        "preset": "base",
+        "model": {"d_model": 256, "d_ff": 1024, "n_heads": 8, "n_layers": 6, "max_len": 256, "norm_first": True},
+        "train": {"max_tokens": 25000, "accumulation": 1, "warmup_steps": 1000, "lr_scale": 0.7, "upsample_sentences": 4,
+                  "amp": True, "valid_every": 250, "valid_bleu_sentences": 100, "save_every": 250, "keep": 5},
+        "average_last": 5,
+        "reserve_minutes": 4.0,
+    },
+    # For tests and a first try on a laptop: a few dozen steps of a one-layer model, well under a minute on a CPU.
+    "tiny": {
+        "preset": "tiny",
+        "model": {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_layers": 1, "dropout": 0.1},
+        "train": {"max_tokens": 512, "accumulation": 1, "warmup_steps": 10, "max_steps": 24, "valid_every": 12,
+                  "valid_bleu_sentences": 2, "save_every": 6, "keep": 3},
+        "average_last": 3,
+        "reserve_minutes": 0.5,
+    },
+}
+
+#: boolean ``aiayn train`` flags (``--amp`` / ``--no-amp``); every other training field is ``--field-name VALUE``
+BOOL_FLAGS = ("compile", "amp", "amp_cpu", "record_attention")
+#: training fields this command sets itself (not through a recipe or ``--train-set``)
+OWN_FIELDS = ("data_dir", "run_dir", "direction", "preset", "model_overrides", "threads", "max_minutes", "init_from")
+#: the files of a prepared data folder that ``--pack`` takes (``test*.tsv`` too)
+PACK_FILES = ("train.tsv", "valid.tsv", "spm.model", "datasheet.json", "dictionary.tsv")
+REQUIRED_DATA = ("train.tsv", "valid.tsv", "test.tsv", "spm.model")
+#: exit codes
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = {("en-de",): 3, ("de-en",): 4, ("en-de", "de-en"): 5}
+EXIT_INTERRUPTED = 130
+#: seconds a child gets to stop after SIGINT before it is killed
+GRACE_S = 20.0
+
+
+class BadInput(ValueError):
+    """A command line this command refuses before starting anything (the message says why)."""
+
+
+# -- the plan: recipes and flags --------------------------------------------------------------------------------
+def _train_flag_names() -> set[str]:
+    """The TrainConfig fields ``aiayn train`` takes as ``--flag VALUE`` (its ``VALUE_FLAGS``) or on/off flags."""
+    from .cli import VALUE_FLAGS
+
+    return {name for name, _ in VALUE_FLAGS} | set(BOOL_FLAGS)
+
+
+def train_flags(train: dict[str, Any]) -> list[str]:
+    """``{"warmup_steps": 1000, "amp": True}`` -> ``["--warmup-steps", "1000", "--amp"]`` (``aiayn train`` flags).
+
+    Raises:
+        BadInput: a field that ``aiayn train`` has no flag for, or one this command sets itself.
+    """
+    known = _train_flag_names()
+    out: list[str] = []
+    for key, value in train.items():
+        if key in OWN_FIELDS:
+            raise BadInput(f"{key} is set by train-both itself (use its own option), not by a recipe or --train-set")
+        if key not in known:
+            raise BadInput(f"`aiayn train` has no flag for {key!r}; training fields with a flag: {sorted(known)}")
+        flag = "--" + key.replace("_", "-")
+        if key in BOOL_FLAGS:
+            if not isinstance(value, bool):
+                raise BadInput(f"{key} is on or off: give true or false, not {value!r}")
+            out.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def check_recipe(recipe: dict[str, Any], vocab_size: int = 8000) -> None:
+    """Check that a recipe (or one with overrides) makes a valid TransformerConfig and TrainConfig, and that every
+    training field has an ``aiayn train`` flag.
+
+    Raises:
+        BadInput: with the reason (an unknown field, a shape the model refuses, a bad value).
+    """
+    from ..model.config import TransformerConfig
+    from .recipe import TrainConfig
+
+    try:
+        TransformerConfig.preset(recipe["preset"], **{"vocab_size": vocab_size, **recipe["model"]})
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"the model settings are invalid: {exc}") from None
+    names = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(recipe["train"]) - names)
+    if unknown:
+        raise BadInput(f"unknown training field(s) {unknown}; TrainConfig has {sorted(names - set(OWN_FIELDS))}")
+    try:
+        tc = TrainConfig("", "", preset=recipe["preset"], model_overrides=dict(recipe["model"]), **recipe["train"])
+    except TypeError as exc:
+        raise BadInput(f"the training settings are invalid: {exc}") from None
+    for f in fields(TrainConfig):
+        value = getattr(tc, f.name)
+        if f.type in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise BadInput(f"training field {f.name} must be a number, got {value!r}")
+    train_flags(recipe["train"])
+
+
+def cpu_threads(children: int = 2) -> int:
+    """Threads for each of ``children`` side-by-side children: the cores this process may use, shared (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, children))
+
+
+def hardware_text(device: str, threads: int, directions: int = 2) -> str:
+    """What the model card says the runs trained on, e.g. ``"one NVIDIA H100 80GB HBM3, en-de and de-en trained side
+    by side (`aiayn train-both`), 8 CPU threads each"``."""
+    how = "en-de and de-en trained side by side" if directions > 1 else "one direction trained"
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        try:  # nvidia-smi: no CUDA context held by this process for the whole session
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                   text=True, timeout=30, check=True).stdout.splitlines()
+            name = names[index].strip()
+        except (OSError, IndexError, subprocess.SubprocessError):
+            import torch
+
+            name = torch.cuda.get_device_name(index)
+        return f"one {name}, {how} (`aiayn train-both`), {threads} CPU thread{'s' * (threads > 1)} each"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU ({cpu}), {how} (`aiayn train-both`), {threads} thread{'s' * (threads > 1)} each"
+
+
+# -- packing the data for the device machine --------------------------------------------------------------------
+def pack_data(data_dir: str | Path, out: str | Path) -> Path:
+    """Write ``out`` (a ``.tar.gz``) with what ``train-both`` reads from a prepared data folder: ``train.tsv``,
+    ``valid.tsv``, ``test*.tsv`` (``test_general.tsv`` too), ``spm.model``, ``datasheet.json`` and ``dictionary.tsv``
+    (the evaluation's baseline) when present, under one folder named like ``data_dir``. Returns ``out``.
+
+    Raises:
+        BadInput: ``data_dir`` lacks one of ``train.tsv``, ``valid.tsv``, ``test.tsv``, ``spm.model``.
+    """
+    data = Path(data_dir).expanduser()
+    missing = [name for name in REQUIRED_DATA if not (data / name).is_file()]
+    if missing:
+        raise BadInput(f"{data} is not a prepared data folder: {', '.join(missing)} missing (make one with `aiayn data`)")
+    names = sorted({*(n for n in PACK_FILES if (data / n).is_file()), *(p.name for p in data.glob("test*.tsv"))})
+    out = Path(out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name in names:
+            tar.add(data / name, arcname=f"{data.resolve().name}/{name}")
+    os.replace(tmp, out)
+    return out
+
+
+# -- children: streaming, stopping -----------------------------------------------------------------------------
+class _Children:
+    """The live child processes of all directions, the console lock and the stop flag (Ctrl-C, SIGTERM)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.quiet = quiet
+
+    def echo(self, direction: str, text: str) -> None:
+        if not self.quiet:
+            with self.lock:
+                print(f"[{direction}] {text}", flush=True)
+
+    def run(self, direction: str, stage: str, cmd: list[str], env: dict[str, str], log: Path) -> int:
+        """Run ``cmd``, appending its output (stdout and stderr, split at newlines and carriage returns) to ``log``,
+        each line stamped ``HH:MM:SS stage |``; progress lines (ending in a carriage return) reach the console at
+        most every 30 s. Returns its exit code, or ``EXIT_INTERRUPTED`` when stopped."""
+        if self.stop.is_set():
+            return EXIT_INTERRUPTED
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"{_now()} {stage} | $ {' '.join(cmd)}\n")
+            fh.flush()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            with self.lock:
+                self.procs[direction] = proc
+            logged = echoed = 0.0  # when a progress line last reached the log / the console
+            pending = ""  # the last progress line not logged yet (written before the next full line)
+            buf = b""
+            assert proc.stdout is not None
+            while chunk := proc.stdout.read1(65536):
+                buf += chunk
+                while True:
+                    cut = min((i for i in (buf.find(b"\n"), buf.find(b"\r")) if i >= 0), default=-1)
+                    if cut < 0:
+                        break
+                    line, end, buf = buf[:cut].decode("utf-8", "replace"), buf[cut:cut + 1], buf[cut + 1:]
+                    if not line.strip():
+                        continue
+                    now = time.monotonic()
+                    if end == b"\r":  # a progress bar redrawn in place: every 5 s in the log, 30 s on the console
+                        pending = line
+                        if now - logged >= 5:
+                            fh.write(f"{_now()} {stage} | {line}\n")
+                            logged, pending = now, ""
+                        if now - echoed >= 30:
+                            self.echo(direction, f"{stage} | {line}")
+                            echoed = now
+                        continue
+                    if pending:
+                        fh.write(f"{_now()} {stage} | {pending}\n")
+                        pending = ""
+                    fh.write(f"{_now()} {stage} | {line}\n")
+                    fh.flush()
+                    self.echo(direction, f"{stage} | {line}")
+            for rest in (pending, buf.decode("utf-8", "replace")):
+                if rest.strip():
+                    fh.write(f"{_now()} {stage} | {rest}\n")
+            code = proc.wait()
+            with self.lock:
+                self.procs.pop(direction, None)
+            fh.write(f"{_now()} {stage} | exit code {code}\n")
+        return EXIT_INTERRUPTED if self.stop.is_set() and code != 0 else code
+
+    def terminate_all(self) -> None:
+        """SIGINT to every child's process group (Python children unwind: atomic writes finish or vanish), then
+        SIGKILL to any still alive after :data:`GRACE_S` seconds."""
+        with self.lock:
+            procs = list(self.procs.values())
+        for p in procs:
+            _signal_group(p, signal.SIGINT)
+        deadline = time.monotonic() + GRACE_S
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _now() -> str:
+    return datetime.now().strftime("%H:%M:%S")
+
+
+def _child_env(device: str, threads: int) -> dict[str, str]:
+    """The children's environment: the package importable, ``threads`` CPU threads, the chosen device only, tqdm
+    progress every 30 s, unbuffered output."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", TQDM_MININTERVAL="30")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif ":" in device:
+        env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    return env
+
+
+def _resolve_device(requested: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; ``cuda`` / ``cuda:N`` are checked.
+
+    Raises:
+        BadInput: a CUDA device that this torch cannot see, or an unknown name.
+    """
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if requested == "cuda" or (requested.startswith("cuda:") and requested[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise BadInput(f"--device {requested}: this torch sees no CUDA GPU (use --device cpu)")
+        if ":" in requested and int(requested[5:]) >= torch.cuda.device_count():
+            raise BadInput(f"--device {requested}: only {torch.cuda.device_count()} GPU(s) visible")
+        return requested
+    raise BadInput(f"--device must be auto, cpu, cuda or cuda:N, got {requested!r}")
+
+
+# -- after training: average, evaluate, card, sweep (one child per direction) ------------------------------------
+def _call(stage: str, fn, argv: list[str]) -> int:
+    print(f"== {stage}: {' '.join(argv)}", flush=True)
+    try:
+        code = fn(argv)
+    except SystemExit as exc:  # argparse errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    return int(code or 0)
+
+
+def _scores(eval_path: Path) -> dict[str, Any] | None:
+    try:
+        ev = json.loads(eval_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sc = ev.get("scores", {})
+    base = sc.get("dictionary_baseline") or {}
+    return {"bleu": sc.get("model", {}).get("bleu"), "chrf": sc.get("model", {}).get("chrf"),
+            "dictionary_bleu": base.get("bleu"), "dictionary_chrf": base.get("chrf"), "n_sentences": ev.get("n_sentences")}
+
+
+def post_main(argv: list[str]) -> int:
+    """The post-training child of one direction (``python -m aiayn.training.both post ...``): ``aiayn average``
+    (fp16), ``aiayn evaluate`` on ``test`` (and ``test_general`` when the data has it), ``aiayn card``, and
+    ``aiayn sweep`` unless ``--no-sweep`` or the deadline has passed, all in a temporary folder that replaces
+    ``--checkpoint`` only when average, evaluation and card succeeded. Writes ``--status`` (JSON: each stage's
+    exit code or why it was skipped). Returns 0, or the first failing stage's exit code."""
+    from ..analysis.ablation import main as sweep_main
+    from ..evaluation.modelcard import cli_main as card_main
+    from ..evaluation.scoring import cli_main as evaluate_main
+    from ..files import atomic_dir, atomic_write_text
+    from .export import average_cli_main
+
+    ap = argparse.ArgumentParser(prog="aiayn.training.both post")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--last", type=int, required=True)
+    ap.add_argument("--device", required=True)
+    ap.add_argument("--hardware", required=True)
+    ap.add_argument("--notes", default="")
+    ap.add_argument("--deadline", type=float, default=0.0, help="Unix time after which the sweep is skipped (0: never)")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--status", required=True)
+    args = ap.parse_args(argv)
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    data = Path(args.data)
+    final = Path(args.checkpoint)
+    dev = "cuda" if args.device.startswith("cuda") else "cpu"  # CUDA_VISIBLE_DEVICES already picked the GPU
+    status: dict[str, Any] = {}
+
+    class StageFailed(Exception):
+        pass
+
+    def stage(name: str, fn, stage_argv: list[str]) -> None:
+        status[name] = _call(name, fn, stage_argv)
+        if status[name] != 0:
+            raise StageFailed(name)
+
+    splits = ["test"] + (["test_general"] if (data / "test_general.tsv").is_file() else [])
+    try:
+        with atomic_dir(final) as tmp:
+            stage("average", average_cli_main, [args.run, str(tmp), "--last", str(args.last), "--dtype", "float16"])
+            for split in splits:
+                stage(f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
+                                                           "--device", dev, "--no-progress", "--out", str(tmp / f"eval_{split}.json")])
+            notes = args.notes
+            general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
+            if general:
+                notes += (f"\n\nGeneral-sentence test split (`test_general.tsv`, {general['n_sentences']} sentences, same decoding): "
+                          f"BLEU {general['bleu']:.2f} / chrF {general['chrf']:.2f}"
+                          + (f" (dictionary baseline {general['dictionary_bleu']:.2f} / {general['dictionary_chrf']:.2f})"
+                             if general.get("dictionary_bleu") is not None else "") + "; see `eval_test_general.json`.")
+            stage("card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
+                                      "--hardware", args.hardware, "--notes", notes.strip()])
+            if args.no_sweep:
+                status["sweep"] = "skipped (--no-sweep)"
+            elif args.deadline and time.time() > args.deadline:
+                status["sweep"] = "skipped: the time budget is spent (run `aiayn sweep --checkpoint DIR` later)"
+            else:
+                status["sweep"] = _call("sweep", sweep_main, ["--checkpoint", str(tmp), "--device", dev])  # optional: kept on failure
+        for split in splits:  # the evaluation names the folder it read; that folder is now the final one
+            path = final / f"eval_{split}.json"
+            ev = json.loads(path.read_text(encoding="utf-8"))
+            ev["checkpoint"] = str(final.resolve())
+            atomic_write_text(path, json.dumps(ev, ensure_ascii=False, indent=2) + "\n")
+        code = 0
+    except StageFailed as exc:
+        code = status[str(exc)]
+        print(f"{exc} failed (exit code {code}); no checkpoint was written to {final}", file=sys.stderr)
+    except KeyboardInterrupt:
+        status["interrupted"] = True
+        code = EXIT_INTERRUPTED
+    atomic_write_text(Path(args.status), json.dumps(status, indent=2) + "\n")
+    return code
+
+
+# -- the summary ------------------------------------------------------------------------------------------------
+def _last_valid(run: Path) -> dict[str, Any]:
+    try:
+        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if "valid_loss" in rec:
+            return {"valid_loss": rec["valid_loss"], "valid_bleu": rec.get("valid_bleu"), "valid_step": rec.get("step")}
+    return {}
+
+
+def direction_summary(out: Path, direction: str, stages: dict[str, Any]) -> dict[str, Any]:
+    """What ``summary.json`` holds for one direction, read from the files the children wrote: the exported
+    checkpoint's meta (steps, epoch, target tokens, training minutes, tokens/s = tokens / training seconds), the
+    last validation of the run, and BLEU/chrF (model and dictionary baseline) of every ``eval_*.json``."""
+    ckpt = out / "checkpoints" / direction
+    row: dict[str, Any] = {"stages": stages, "log": str(out / "logs" / f"{direction}.log"),
+                           "run": str(out / "runs" / direction), "checkpoint": None, "scores": {}}
+    row.update(_last_valid(out / "runs" / direction))
+    try:
+        config = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return row
+    meta = config.get("meta", {})
+    secs = meta.get("train_wall_time_s") or 0.0
+    row.update(checkpoint=str(ckpt), dtype=config.get("dtype"), num_parameters=config.get("num_parameters"),
+               steps=meta.get("step"), epoch=meta.get("epoch"), train_tokens=meta.get("train_tokens"),
+               train_minutes=secs / 60, tokens_per_s=(meta.get("train_tokens") or 0) / secs if secs else None,
+               averaged_states=meta.get("averaged_states"),
+               weights_mb=(ckpt / "model.safetensors").stat().st_size / 1e6 if (ckpt / "model.safetensors").is_file() else None)
+    for path in sorted(ckpt.glob("eval_*.json")):
+        sc = _scores(path)
+        if sc:
+            row["scores"][path.stem[len("eval_"):]] = sc
+    return row
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The printed table: one row per direction and split (BLEU, chrF, the dictionary's, steps, tokens, minutes,
+    tok/s), or the status of a direction without scores."""
+    import pandas as pd
+
+    def num(x, fmt):
+        return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+    rows = []
+    for d, row in summary["directions"].items():
+        common = {"steps": num(row.get("steps"), ","), "tokens": num(row.get("train_tokens"), ","),
+                  "minutes": num(row.get("train_minutes"), ".1f"), "tok/s": num(row.get("tokens_per_s"), ",.0f"),
+                  "status": row.get("status")}
+        for split, sc in (row.get("scores") or {"-": {}}).items():
+            rows.append({"direction": d, "split": split, "BLEU": num(sc.get("bleu"), ".2f"), "chrF": num(sc.get("chrf"), ".2f"),
+                         "dict BLEU": num(sc.get("dictionary_bleu"), ".2f"), "dict chrF": num(sc.get("dictionary_chrf"), ".2f"),
+                         **common})
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+# -- the command ------------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="aiayn train-both",
+        description="Train en-de and de-en side by side within a time budget, then average (fp16), evaluate, write the "
+                    "model cards and head sweeps, and summarise. Exit codes: 0 ok, 2 bad input, 3 en-de failed, "
+                    "4 de-en failed, 5 both failed, 130 interrupted.")
+    ap.add_argument("--data", help="prepared data folder (aiayn data): train/valid/test.tsv, spm.model; test_general.tsv "
+                    "and dictionary.tsv are used when present")
+    ap.add_argument("--out", help="output folder (runs/, checkpoints/, logs/, summary.json)")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="the whole command's time budget; training gets it less the recipe's reserve")
+    ap.add_argument("--recipe", default="gpu-n6", choices=sorted(RECIPES), help="default gpu-n6")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="model overrides, e.g. n_layers=3 norm_first=false")
+    ap.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="training overrides (any `aiayn train` flag), e.g. lr_scale=0.5 warmup_steps=2000 max_steps=3000")
+    ap.add_argument("--reserve-minutes", type=float, default=None,
+                    help="minutes of --max-minutes kept for start-up, evaluation, cards and sweeps (default: the recipe's)")
+    ap.add_argument("--device", default="auto", help="auto (default: cuda when visible), cpu, cuda or cuda:N")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads per child (default: the cores shared between the children)")
+    ap.add_argument("--hardware", default=None, help="the model cards' hardware line (default: detected)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the head-ablation sweep (aiayn sweep)")
+    ap.add_argument("--directions", nargs="+", default=list(DIRECTIONS), choices=DIRECTIONS, help="default both")
+    ap.add_argument("--quiet", action="store_true", help="only the logs and the final table, no live output")
+    ap.add_argument("--pack", nargs=2, metavar=("DATA", "OUT_TAR_GZ"),
+                    help="instead of training: pack a prepared data folder for the device machine and exit")
+    return ap
+
+
+def _plan(args) -> dict[str, Any]:
+    """Everything decided before a child starts (no side effects). Raises BadInput."""
+    from .cli import parse_overrides
+
+    if not args.data or not args.out:
+        raise BadInput("give --data DIR and --out DIR (or --pack DATA OUT.tar.gz)")
+    data = Path(args.data).expanduser()
+    missing = [n for n in REQUIRED_DATA if not (data / n).is_file()]
+    if missing:
+        raise BadInput(f"{data} is not a prepared data folder: {', '.join(missing)} missing (make one with `aiayn data`)")
+    recipe = json.loads(json.dumps(RECIPES[args.recipe]))  # a copy
+    try:
+        recipe["model"].update(parse_overrides(args.set))
+        recipe["train"].update(parse_overrides(args.train_set))
+    except SystemExit as exc:  # parse_overrides' message for an item without "="
+        raise BadInput(str(exc)) from None
+    from ..tokenizer import Tokenizer
+
+    try:
+        vocab = Tokenizer.load(data / "spm.model").vocab_size
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise BadInput(f"cannot read {data / 'spm.model'}: {exc}") from None
+    check_recipe(recipe, vocab)
+    reserve = recipe["reserve_minutes"] if args.reserve_minutes is None else args.reserve_minutes
+    if reserve < 0:
+        raise BadInput(f"--reserve-minutes must be >= 0, got {reserve}")
+    train_minutes = 0.0
+    if args.max_minutes is not None:
+        if not args.max_minutes > 0:
+            raise BadInput(f"--max-minutes must be > 0, got {args.max_minutes}")
+        train_minutes = args.max_minutes - reserve
+        if train_minutes <= 0:
+            raise BadInput(f"--max-minutes {args.max_minutes:g} leaves no time to train: the recipe {args.recipe!r} keeps "
+                           f"{reserve:g} min for start-up, evaluation, cards and sweeps (--reserve-minutes)")
+    elif "max_steps" not in recipe["train"]:
+        raise BadInput(f"the recipe {args.recipe!r} stops on time: give --max-minutes (or --train-set max_steps=N)")
+    device = _resolve_device(args.device)
+    directions = list(dict.fromkeys(args.directions))
+    threads = args.threads or cpu_threads(len(directions))
+    if threads < 1:
+        raise BadInput(f"--threads must be >= 1, got {threads}")
+    out = Path(args.out).expanduser()
+    return {"recipe_name": args.recipe, "recipe": recipe, "data": data.resolve(), "out": out.resolve(), "device": device,
+            "threads": threads, "reserve": reserve, "train_minutes": train_minutes, "max_minutes": args.max_minutes,
+            "hardware": args.hardware or hardware_text(device, threads, len(directions)), "sweep": not args.no_sweep,
+            "directions": directions}
+
+
+def _card_notes(plan: dict[str, Any]) -> str:
+    """The model card's notes: how the command trained (side by side, device, budget)."""
+    r = plan["recipe"]
+    budget = (f"within a {plan['max_minutes']:g}-minute budget ({plan['train_minutes']:g} min of training)"
+              if plan["max_minutes"] else f"for {r['train'].get('max_steps')} steps")
+    together = "both directions side by side" if len(plan["directions"]) > 1 else "this direction alone"
+    notes = [f"Trained with `aiayn train-both --recipe {plan['recipe_name']}`: {together} on one "
+             f"{'GPU' if plan['device'].startswith('cuda') else 'CPU'}, {budget}."]
+    return " ".join(notes)  # the layer order (pre-LN in gpu-n6) is the card's own Model section
+
+
+def _direction_job(d: str, plan: dict[str, Any], kids: _Children, results: dict[str, dict[str, Any]], deadline: float) -> None:
+    out, r = plan["out"], plan["recipe"]
+    log = out / "logs" / f"{d}.log"
+    env = _child_env(plan["device"], plan["threads"])
+    run = out / "runs" / d
+    cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(plan["data"]), "--run", str(run), "--direction", d,
+           "--preset", r["preset"], "--threads", str(plan["threads"])]
+    cmd += ["--set", *(f"{k}={json.dumps(v)}" for k, v in r["model"].items())] if r["model"] else []
+    cmd += train_flags(r["train"])
+    if plan["train_minutes"]:
+        cmd += ["--max-minutes", f"{plan['train_minutes']:g}"]
+    stages = results[d]["stages"]
+    stages["train"] = kids.run(d, "train", cmd, env, log)
+    if stages["train"] != 0:
+        results[d]["failed" if stages["train"] != EXIT_INTERRUPTED else "interrupted"] = "train"
+        return
+    status = out / "logs" / f"{d}.post.json"
+    status.unlink(missing_ok=True)
+    post = [sys.executable, "-m", "aiayn.training.both", "post", "--run", str(run), "--checkpoint", str(out / "checkpoints" / d),
+            "--data", str(plan["data"]), "--last", str(r["average_last"]), "--device", plan["device"],
+            "--hardware", plan["hardware"], "--notes", _card_notes(plan), "--deadline", str(deadline),
+            "--threads", str(plan["threads"]), "--status", str(status)] + ([] if plan["sweep"] else ["--no-sweep"])
+    code = kids.run(d, "post", post, env, log)
+    try:
+        stages.update(json.loads(status.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    if code == EXIT_INTERRUPTED:
+        results[d]["interrupted"] = "post"
+    elif code != 0:
+        results[d]["failed"] = next((k for k, v in stages.items() if isinstance(v, int) and v != 0), "post")
+
+
+def _log_tail(path: Path, n: int = 6) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in lines[-n:])
+
+
+def cli_main(argv: list[str]) -> int:
+    """``aiayn train-both --data DIR --out OUT [--max-minutes 20] [--recipe gpu-n6|tiny] [--set k=v ...]
+    [--train-set k=v ...] [--device auto|cpu|cuda[:N]] [--no-sweep]``, or ``aiayn train-both --pack DATA OUT.tar.gz``.
+
+    Returns the exit code: 0 when every direction produced its checkpoint, 2 for bad input (nothing started),
+    3 when en-de failed, 4 when de-en failed, 5 when both failed (the other direction still finishes; the message
+    names the failed stage and shows the end of its log), 130 when interrupted (Ctrl-C or SIGTERM stop both
+    children; run states and checkpoints are written atomically, so nothing is left half-written).
+    """
+    ap = _parser()
+    args = ap.parse_args(argv)
+    try:
+        if args.pack:
+            path = pack_data(*args.pack)
+            print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+            return 0
+        plan = _plan(args)
+    except BadInput as exc:
+        print(f"aiayn train-both: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = plan["out"]
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    deadline = started + 60 * plan["max_minutes"] if plan["max_minutes"] else 0.0
+    kids = _Children(args.quiet)
+    results: dict[str, dict[str, Any]] = {d: {"stages": {}} for d in plan["directions"]}
+    print(f"aiayn train-both: recipe {plan['recipe_name']}, device {plan['device']}, {plan['threads']} CPU thread(s) per child, "
+          + (f"budget {plan['max_minutes']:g} min (training {plan['train_minutes']:g} min)" if plan["max_minutes"] else "no time budget")
+          + f"; logs in {out / 'logs'}", flush=True)
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        kids.stop.set()
+
+    in_main = threading.current_thread() is threading.main_thread()  # signal handlers can only be set there
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    try:
+        jobs = [threading.Thread(target=_direction_job, args=(d, plan, kids, results, deadline), daemon=True, name=d)
+                for d in plan["directions"]]
+        for j in jobs:
+            j.start()
+        stopping = False
+        while any(j.is_alive() for j in jobs):
+            for j in jobs:
+                j.join(timeout=0.2)
+            if kids.stop.is_set() and not stopping:
+                stopping = True
+                print("aiayn train-both: stopping the children (the run states saved so far are kept)...", file=sys.stderr,
+                      flush=True)
+                kids.terminate_all()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    interrupted = kids.stop.is_set()
+    failed = tuple(d for d in DIRECTIONS if d in results and results[d].get("failed"))
+    for d in plan["directions"]:
+        results[d].update(direction_summary(out, d, results[d]["stages"]))
+        results[d]["status"] = (f"failed: {results[d]['failed']}" if results[d].get("failed")
+                                else f"interrupted: {results[d]['interrupted']}" if results[d].get("interrupted") else "ok")
+    code = EXIT_INTERRUPTED if interrupted else EXIT_FAILED.get(failed, 0)
+    summary = {"format": "aiayn-train-both", "format_version": 1,
+               "status": "interrupted" if interrupted else ("failed" if failed else "ok"), "exit_code": code,
+               "recipe": plan["recipe_name"], "preset": plan["recipe"]["preset"],
+               "model_overrides": plan["recipe"]["model"], "train_settings": plan["recipe"]["train"],
+               "average_last": plan["recipe"]["average_last"], "data_dir": str(plan["data"]), "device": plan["device"],
+               "hardware": plan["hardware"], "threads_per_child": plan["threads"],
+               "budget": {"max_minutes": plan["max_minutes"], "reserve_minutes": plan["reserve"],
+                          "train_max_minutes": plan["train_minutes"] or None},
+               "started_utc": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+               "elapsed_minutes": (time.time() - started) / 60, "directions": results}
+    from ..files import atomic_write_text
+
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    print("\n" + summary_table(summary))
+    print(f"\nwrote {out / 'summary.json'}; checkpoints in {out / 'checkpoints'}")
+    for d in failed:
+        stage, log = results[d]["failed"], out / "logs" / f"{d}.log"
+        print(f"aiayn train-both: {d} failed at {stage} (exit code {results[d]['stages'].get(stage, '?')}); "
+              f"the end of {log}:\n{_log_tail(log)}", file=sys.stderr)
+    if interrupted:
+        print("aiayn train-both: interrupted; to continue a run: "
+              + "; ".join(f"aiayn train --run {out / 'runs' / d} --resume" for d in plan["directions"]), file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":  # the post-training child: python -m aiayn.training.both post ...
+    if sys.argv[1:2] == ["post"]:
+        sys.exit(post_main(sys.argv[2:]))
+    sys.exit(cli_main(sys.argv[1:]))
