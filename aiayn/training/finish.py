@@ -1,0 +1,183 @@
+"""What ``aiayn train-both`` (:mod:`.both`) does after training, per direction, in a child process of its own
+(``python -m aiayn.training.finish``): average the last states into a float16 checkpoint (Section 6.1), evaluate it
+on the test split(s) (sacreBLEU, chrF), write its model card and head sweep; and the summary (``summary.json`` and
+the printed table) read back from the files those stages wrote.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: exit code of an interrupted stage (SIGINT), as a shell reports it
+EXIT_INTERRUPTED = 130
+
+
+# -- after training: average, evaluate, card, sweep (one child per direction) ------------------------------------
+def _call(stage: str, fn, argv: list[str]) -> int:
+    print(f"== {stage}: {' '.join(argv)}", flush=True)
+    try:
+        code = fn(argv)
+    except SystemExit as exc:  # argparse errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    return int(code or 0)
+
+
+def _scores(eval_path: Path) -> dict[str, Any] | None:
+    try:
+        ev = json.loads(eval_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sc = ev.get("scores", {})
+    base = sc.get("dictionary_baseline") or {}
+    return {"bleu": sc.get("model", {}).get("bleu"), "chrf": sc.get("model", {}).get("chrf"),
+            "dictionary_bleu": base.get("bleu"), "dictionary_chrf": base.get("chrf"), "n_sentences": ev.get("n_sentences")}
+
+
+def post_main(argv: list[str]) -> int:
+    """The post-training child of one direction (``python -m aiayn.training.finish ...``): ``aiayn average``
+    (fp16), ``aiayn evaluate`` on ``test`` (and ``test_general`` when the data has it), ``aiayn card``, and
+    ``aiayn sweep`` unless ``--no-sweep`` or the deadline has passed, all in a temporary folder that replaces
+    ``--checkpoint`` only when average, evaluation and card succeeded. Writes ``--status`` (JSON: each stage's
+    exit code or why it was skipped). Returns 0, or the first failing stage's exit code."""
+    from ..analysis.ablation import main as sweep_main
+    from ..evaluation.modelcard import cli_main as card_main
+    from ..evaluation.scoring import cli_main as evaluate_main
+    from ..files import atomic_dir, atomic_write_text
+    from .export import average_cli_main
+
+    ap = argparse.ArgumentParser(prog="python -m aiayn.training.finish")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--last", type=int, required=True)
+    ap.add_argument("--device", required=True)
+    ap.add_argument("--hardware", required=True)
+    ap.add_argument("--notes", default="")
+    ap.add_argument("--deadline", type=float, default=0.0, help="Unix time after which the sweep is skipped (0: never)")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--status", required=True)
+    args = ap.parse_args(argv)
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    data = Path(args.data)
+    final = Path(args.checkpoint)
+    dev = "cuda" if args.device.startswith("cuda") else "cpu"  # CUDA_VISIBLE_DEVICES already picked the GPU
+    status: dict[str, Any] = {}
+
+    class StageFailed(Exception):
+        pass
+
+    def stage(name: str, fn, stage_argv: list[str]) -> None:
+        status[name] = _call(name, fn, stage_argv)
+        if status[name] != 0:
+            raise StageFailed(name)
+
+    splits = ["test"] + (["test_general"] if (data / "test_general.tsv").is_file() else [])
+    try:
+        with atomic_dir(final) as tmp:
+            stage("average", average_cli_main, [args.run, str(tmp), "--last", str(args.last), "--dtype", "float16"])
+            for split in splits:
+                stage(f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
+                                                           "--device", dev, "--no-progress", "--out", str(tmp / f"eval_{split}.json")])
+            notes = args.notes
+            general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
+            if general:
+                notes += (f"\n\nGeneral-sentence test split (`test_general.tsv`, {general['n_sentences']} sentences, same decoding): "
+                          f"BLEU {general['bleu']:.2f} / chrF {general['chrf']:.2f}"
+                          + (f" (dictionary baseline {general['dictionary_bleu']:.2f} / {general['dictionary_chrf']:.2f})"
+                             if general.get("dictionary_bleu") is not None else "") + "; see `eval_test_general.json`.")
+            stage("card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
+                                      "--hardware", args.hardware, "--notes", notes.strip()])
+            if args.no_sweep:
+                status["sweep"] = "skipped (--no-sweep)"
+            elif args.deadline and time.time() > args.deadline:
+                status["sweep"] = "skipped: the time budget is spent (run `aiayn sweep --checkpoint DIR` later)"
+            else:
+                status["sweep"] = _call("sweep", sweep_main, ["--checkpoint", str(tmp), "--device", dev])  # optional: kept on failure
+        for split in splits:  # the evaluation names the folder it read; that folder is now the final one
+            path = final / f"eval_{split}.json"
+            ev = json.loads(path.read_text(encoding="utf-8"))
+            ev["checkpoint"] = str(final.resolve())
+            atomic_write_text(path, json.dumps(ev, ensure_ascii=False, indent=2) + "\n")
+        code = 0
+    except StageFailed as exc:
+        code = status[str(exc)]
+        print(f"{exc} failed (exit code {code}); no checkpoint was written to {final}", file=sys.stderr)
+    except KeyboardInterrupt:
+        status["interrupted"] = True
+        code = EXIT_INTERRUPTED
+    atomic_write_text(Path(args.status), json.dumps(status, indent=2) + "\n")
+    return code
+
+
+# -- the summary ------------------------------------------------------------------------------------------------
+def _last_valid(run: Path) -> dict[str, Any]:
+    try:
+        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if "valid_loss" in rec:
+            return {"valid_loss": rec["valid_loss"], "valid_bleu": rec.get("valid_bleu"), "valid_step": rec.get("step")}
+    return {}
+
+
+def direction_summary(out: Path, direction: str, stages: dict[str, Any]) -> dict[str, Any]:
+    """What ``summary.json`` holds for one direction, read from the files the children wrote: the exported
+    checkpoint's meta (steps, epoch, target tokens, training minutes, tokens/s = tokens / training seconds), the
+    last validation of the run, and BLEU/chrF (model and dictionary baseline) of every ``eval_*.json``."""
+    ckpt = out / "checkpoints" / direction
+    row: dict[str, Any] = {"stages": stages, "log": str(out / "logs" / f"{direction}.log"),
+                           "run": str(out / "runs" / direction), "checkpoint": None, "scores": {}}
+    row.update(_last_valid(out / "runs" / direction))
+    try:
+        config = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return row
+    meta = config.get("meta", {})
+    secs = meta.get("train_wall_time_s") or 0.0
+    row.update(checkpoint=str(ckpt), dtype=config.get("dtype"), num_parameters=config.get("num_parameters"),
+               steps=meta.get("step"), epoch=meta.get("epoch"), train_tokens=meta.get("train_tokens"),
+               train_minutes=secs / 60, tokens_per_s=(meta.get("train_tokens") or 0) / secs if secs else None,
+               averaged_states=meta.get("averaged_states"),
+               weights_mb=(ckpt / "model.safetensors").stat().st_size / 1e6 if (ckpt / "model.safetensors").is_file() else None)
+    for path in sorted(ckpt.glob("eval_*.json")):
+        sc = _scores(path)
+        if sc:
+            row["scores"][path.stem[len("eval_"):]] = sc
+    return row
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The printed table: one row per direction and split (BLEU, chrF, the dictionary's, steps, tokens, minutes,
+    tok/s), or the status of a direction without scores."""
+    import pandas as pd
+
+    def num(x, fmt):
+        return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+    rows = []
+    for d, row in summary["directions"].items():
+        common = {"steps": num(row.get("steps"), ","), "tokens": num(row.get("train_tokens"), ","),
+                  "minutes": num(row.get("train_minutes"), ".1f"), "tok/s": num(row.get("tokens_per_s"), ",.0f"),
+                  "status": row.get("status")}
+        for split, sc in (row.get("scores") or {"-": {}}).items():
+            rows.append({"direction": d, "split": split, "BLEU": num(sc.get("bleu"), ".2f"), "chrF": num(sc.get("chrf"), ".2f"),
+                         "dict BLEU": num(sc.get("dictionary_bleu"), ".2f"), "dict chrF": num(sc.get("dictionary_chrf"), ".2f"),
+                         **common})
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+if __name__ == "__main__":  # the post-training child of aiayn train-both
+    sys.exit(post_main(sys.argv[1:]))
