@@ -126,3 +126,10 @@ def test_card_says_plainly_when_the_layer_order_departs_from_the_paper(tiny_chec
     (ckpt / "config.json").write_text(json.dumps(cfg))
     pre = render_card(ckpt, None, None, [], "cpu")
     assert "Post-LN as in the paper" not in pre and "Pre-LN, a departure from the paper" in pre
+
+
+def test_card_mentions_bf16_on_the_gpu_only_when_trained_on_one(tiny_checkpoints):
+    ckpt = tiny_checkpoints / "en-de"
+    gpu = render_card(ckpt, None, None, [], "1 x NVIDIA H100 80GB, 16 CPU cores")
+    cpu = render_card(ckpt, None, None, [], "2-core AMD EPYC CPU")
+    assert "bf16 autocast on the GPU" in gpu and "bf16 autocast on the GPU" not in cpu

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,10 @@ def layer_order_note(norm_first: bool) -> str:
             "not leave the unigram plateau, pre-LN did (docs/training.md).")
 
 
+def _on_gpu(hardware: str) -> bool:
+    """Whether the card's hardware text names a GPU (``aiayn train`` autocasts to bf16 there unless ``--no-amp``)."""
+    return bool(re.search(r"\b(gpu|cuda|nvidia|h100|h200|a100)\b", hardware or "", re.IGNORECASE))
+
 def _short_path(path: str) -> str:
     """The last two components of a path (``runs/en-de``): enough to name a run without the user's home."""
     parts = Path(path).parts
@@ -120,7 +125,8 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
               f"P_drop = {model.get('dropout')}, token-count batches of {tc.get('max_tokens')} padded tokens with length bucketing, "
               f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step"
               + (f", full-sentence pairs repeated {tc['upsample_sentences']} times" if (tc.get('upsample_sentences') or 1) > 1 else "")
-              + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "") + ".",
+              + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "")
+              + (", bf16 autocast on the GPU (`--amp`)" if tc.get('amp', True) and _on_gpu(hardware) else "") + ".",
               *([f"- Warm start: the weights (not the optimizer or schedule, which start at step 0) were copied from "
                  f"`{_short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
                  "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
