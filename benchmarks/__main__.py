@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from . import ablation, app, capture, classroom, decode, memory, training
+    from . import ablation, app, capture, classroom, decode, memory, trainer, training
     from .common import Context, set_threads, shipped_checkpoint
     from .machine import machine_info
     from .report import Row, build_result, na, table, targets_table, write_json
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info([sys.executable, "-m", "benchmarks", *argv])
     machine["torch_threads"] = torch.get_num_threads()
     runners = {"train": training.run, "capture": capture.run, "decode": decode.run, "memory": memory.run, "app": app.run,
-               "ablation": ablation.run, "classroom": classroom.run}
+               "ablation": ablation.run, "classroom": classroom.run, "trainer": trainer.run}
     rows: list[Row] = []
     t_start = time.perf_counter()
     for group in args.only:

@@ -30,7 +30,7 @@ QUIET = lambda *a, **k: None  # noqa: E731
 def tiny_tc(data: Path, run: Path, **kw) -> TrainConfig:
     base = dict(data_dir=str(data), run_dir=str(run), direction="en-de", preset="tiny", model_overrides={"dropout": 0.1},
                 max_tokens=512, accumulation=1, warmup_steps=20, max_steps=5, valid_every=1000, valid_bleu_sentences=0,
-                save_every=2, keep=5, threads=1, seed=7)
+                save_every=2, keep=5, threads=1, seed=7, token_cache=str(run.parent / "token_cache"))
     base.update(kw)
     return TrainConfig(**base)
 

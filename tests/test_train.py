@@ -8,6 +8,8 @@
 * Resume after an interruption continues exactly (weights, Adam moments, dropout RNG, data order).
 * Run states are written atomically and pruned to the last ``keep``.
 * 2-process DDP on CPU (gloo) gives the weights of one process accumulating the same micro-batches.
+* A training step reads no tensor value back from the device; the loop reads one per metrics record.
+(The input pipeline itself is checked against reference loops in tests/test_train_pipeline.py.)
 """
 from __future__ import annotations
 
@@ -168,7 +170,7 @@ def test_label_smoothed_loss_gradient_is_p_minus_q():
 def tiny_tc(data: Path, run: Path, **kw) -> TrainConfig:
     base = dict(data_dir=str(data), run_dir=str(run), direction="en-de", preset="tiny", model_overrides={"dropout": 0.1},
                 max_tokens=512, accumulation=1, warmup_steps=20, max_steps=12, valid_every=1000, valid_bleu_sentences=0,
-                save_every=1000, keep=5, threads=1, seed=7)
+                save_every=1000, keep=5, threads=1, seed=7, token_cache=str(run.parent / "token_cache"))
     base.update(kw)
     return TrainConfig(**base)
 
@@ -454,7 +456,8 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
            "-m", "aiayn", "train", "--data", str(tiny_data), "--run-dir", str(ddp), "--direction", "en-de",
            "--preset", "tiny", "--set", "dropout=0.0", "--max-tokens", "256", "--accumulation", "1",
            "--warmup-steps", "4", "--max-steps", str(steps), "--valid-every", "10", "--valid-bleu-sentences", "0",
-           "--save-every", str(steps), "--keep", "5", "--threads", "1", "--seed", "7"]
+           "--save-every", str(steps), "--keep", "5", "--threads", "1", "--seed", "7",
+           "--token-cache", str(tmp_path / "token_cache")]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "world 2" in proc.stdout + proc.stderr
@@ -612,7 +615,8 @@ def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_d
     run = tmp_path / "run"
     first = ["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--set", "dropout=0.1", "--max-tokens", "512",
              "--accumulation", "1", "--warmup-steps", "20", "--lr-scale", "0.5", "--max-steps", "3", "--save-every", "3",
-             "--valid-every", "10", "--valid-bleu-sentences", "0", "--threads", "1", "--seed", "7", "--upsample-sentences", "2"]
+             "--valid-every", "10", "--valid-bleu-sentences", "0", "--threads", "1", "--seed", "7", "--upsample-sentences", "2",
+             "--token-cache", str(tmp_path / "token_cache")]
     assert cli_main(first) == 0
     stored = json.loads((run / "train_config.json").read_text())
     # resume naming only the new step limit: the recipe (rate, warmup, data mix, model) is the run's own
@@ -723,3 +727,41 @@ def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "train", broken)
     with pytest.raises(ValueError, match="a bug deep inside training"):
         T.cli_main(["--data", str(tmp_path), "--run", str(tmp_path / "run")])
+
+
+def test_a_step_reads_nothing_back_from_the_device(tiny_data, tmp_path, monkeypatch):
+    """The loop reads a tensor's value (``.item()``, ``float()``, ``int()``, ``bool()``) only when it writes a
+    metrics record: 12 steps with a record every 4 steps give exactly 3 reads in ``train`` (on a GPU each read
+    would wait for the queued work). Before the loader there were 2 reads per step (``n_tok.item()`` and
+    ``float(loss)`` per micro-batch)."""
+    import aiayn.training.loop as loop_mod
+
+    reads = []
+    for name in ("item", "__float__", "__int__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename == loop_mod.__file__ and caller.co_name == "train":
+                reads.append((_name, sys._getframe(1).f_lineno))
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    run = tmp_path / "run"
+    train(tiny_tc(tiny_data, run, max_steps=12, valid_every=40, accumulation=2), log=QUIET)
+    monkeypatch.undo()
+    assert [r["step"] for r in read_metrics(run)] == [4, 8, 12]
+    assert len(reads) == 3, reads
+
+
+def test_an_epoch_too_small_for_one_step_is_said_not_looped_through(tiny_data, tmp_path):
+    """accumulation 0 derives the micro-batches of a step from tokens_per_step: 25,000 target tokens are more
+    than the whole tiny corpus holds, so no epoch has a step; the run says so and stops (it used to run through
+    max_epochs empty epochs in silence)."""
+    messages = []
+    run = tmp_path / "run"
+    train(tiny_tc(tiny_data, run, accumulation=0, tokens_per_step=25000), log=messages.append)
+    assert any("no training step" in m and "--tokens-per-step 25000" in m for m in messages), messages
+    assert list_states(run) == [] and read_metrics(run) == []
+    train(tiny_tc(tiny_data, tmp_path / "ok", accumulation=0, tokens_per_step=300, max_steps=2), log=messages.append)
+    assert [p.name for p in list_states(tmp_path / "ok")] == ["step_00000002"]

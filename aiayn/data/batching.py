@@ -4,7 +4,9 @@ length").
 :func:`token_batches` groups training examples of similar length into batches of at most ``max_tokens`` padded
 tokens (the paper's batches held about 25000 source and 25000 target tokens); :func:`pad_ids` is the one padding
 routine of the package (training, validation, translation, the masking lab): one vectorised numpy pass, no
-Python loop over positions.
+Python loop over positions. The training loader keeps a corpus as one flat id array with row offsets
+(:func:`pad_flat` pads rows of it without building Python lists) and batches by lengths alone
+(:func:`token_batches_by_length`, the same batches as :func:`token_batches`).
 """
 from __future__ import annotations
 
@@ -83,31 +85,98 @@ def token_batches(
     """
     if len(src_ids) != len(tgt_ids):
         raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
+    return token_batches_by_length([len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, seed=seed,
+                                   epoch=epoch, shuffle=shuffle, drop_long=drop_long)
+
+
+def token_batches_by_length(
+    src_lengths: Sequence[int] | np.ndarray,
+    tgt_lengths: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    drop_long: bool = False,
+) -> list[list[int]]:
+    """:func:`token_batches` from the N source and N target lengths alone (no id lists needed): exactly the
+    same batches, in the same order, for the same ``(seed, epoch)``.
+
+    The Python ``random.Random(seed * 1_000_003 + epoch)`` draws are kept (so a run started before this
+    function existed resumes with the same data order); the stable sort by cost runs in numpy and the greedy
+    cut works a batch at a time: the examples are in increasing cost, so a batch that starts at sorted
+    position p ends before the first q with ``cost[q] * (q - p + 1) > max_tokens``.
+
+    Raises:
+        ValueError: different numbers of lengths, ``max_tokens`` < 1, or an example alone exceeds
+            ``max_tokens`` (unless ``drop_long``).
+    """
+    src_len = np.asarray(src_lengths, dtype=np.int64).reshape(-1)
+    tgt_len = np.asarray(tgt_lengths, dtype=np.int64).reshape(-1)
+    if len(src_len) != len(tgt_len):
+        raise ValueError(f"{len(src_len)} sources but {len(tgt_len)} targets")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    cost = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids)]
+    cost = np.maximum(src_len, tgt_len + 1)
     rng = random.Random(int(seed) * 1_000_003 + int(epoch))
-    order = list(range(len(cost)))
+    order_list = list(range(len(cost)))
     if shuffle:
-        rng.shuffle(order)   # random tie-break: the stable sort keeps this order within equal costs
-    order.sort(key=cost.__getitem__)
+        rng.shuffle(order_list)   # random tie-break: the stable sort keeps this order within equal costs
+    order = np.asarray(order_list, dtype=np.int64)
+    order = order[np.argsort(cost[order], kind="stable")]
+    sorted_cost = cost[order]
+    n_fit = int(np.searchsorted(sorted_cost, max_tokens, side="right"))  # examples that fit alone
+    if n_fit < len(order) and not drop_long:
+        i = int(order[n_fit])
+        raise ValueError(f"example {i} alone needs {int(cost[i])} tokens > max_tokens={max_tokens} (use drop_long)")
     batches: list[list[int]] = []
-    cur: list[int] = []
-    cur_max = 0
-    for i in order:
-        c = cost[i]
-        if c > max_tokens:
-            if drop_long:
-                continue
-            raise ValueError(f"example {i} alone needs {c} tokens > max_tokens={max_tokens} (use drop_long)")
-        m = max(cur_max, c)
-        if cur and m * (len(cur) + 1) > max_tokens:
-            batches.append(cur)
-            cur, m = [], c
-        cur.append(i)
-        cur_max = m
-    if cur:
-        batches.append(cur)
+    p = 0
+    while p < n_fit:
+        # in increasing cost the batch's largest cost is its last one: [p, q) fits while cost[q-1] * (q-p) <= budget
+        span = min(n_fit - p, max_tokens // int(sorted_cost[p]))
+        sizes = np.arange(1, span + 1)
+        over = np.flatnonzero(sorted_cost[p : p + span] * sizes > max_tokens)
+        size = int(over[0]) if len(over) else span
+        batches.append(order[p : p + size].tolist())
+        p += size
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+def pad_flat(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad_id: int, *, width: int | None = None,
+             multiple: int = 1, max_width: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Right-pad B rows of a flat id array into ``(B, W)`` int64, in one vectorised pass (no Python list).
+
+    Args:
+        flat: 1-d integer array holding every sequence back to back (e.g. a memory-mapped corpus).
+        starts, lengths: ``(B,)`` integer arrays: row b is ``flat[starts[b] : starts[b] + lengths[b]]``.
+        pad_id: the id written after each row.
+        width: W; default the longest row rounded up to a multiple of ``multiple``, capped at ``max_width``
+            (never below the longest row).
+        out: optional ``(B, W)`` int64 array to write into (e.g. a view of pinned memory); returned.
+
+    Returns:
+        ``(B, W)`` int64 array, row b = the row's ids then ``pad_id`` (as :func:`pad_ids` of the same rows).
+
+    Raises:
+        ValueError: no rows, ``multiple`` < 1, or a row longer than ``width``.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) == 0:
+        raise ValueError("pad_flat needs at least one row")
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    longest = int(lengths.max())
+    if width is None:
+        width = -(-longest // multiple) * multiple
+        if max_width is not None:
+            width = max(longest, min(width, int(max_width)))
+    elif longest > width:
+        raise ValueError(f"a sequence of {longest} ids does not fit width {width}")
+    pos = np.arange(width, dtype=np.int64)
+    idx = starts[:, None] + pos
+    if out is None:
+        out = np.empty((len(lengths), width), dtype=np.int64)
+    np.copyto(out, np.where(pos < lengths[:, None], flat.take(idx, mode="clip"), pad_id), casting="unsafe")
+    return out

@@ -44,7 +44,16 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", int), ("warmup_steps", int), ("lr_scale", float),
                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
-               ("max_len", int), ("threads", int), ("upsample_sentences", int)]
+               ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
+               ("token_cache", str)]
+
+#: Help text of the flags whose name alone does not say enough.
+FLAG_HELP = {
+    "pad_multiple": "round batch widths up to a multiple of this, so shapes repeat (torch.compile, GPU kernels); ",
+    "prefetch": "steps collated ahead by a loader thread (0: in the training thread); ",
+    "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
+                   "DATA/cache, 'off' = tokenise in memory at every start; ",
+}
 
 
 def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> TrainConfig:
@@ -73,6 +82,8 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
     base["adam_betas"] = tuple(base["adam_betas"])
     if not base.get("data_dir"):
         raise ValueError("no data directory: give --data DIR (a resumed run uses the one it was trained on)")
+    if int(base["pad_multiple"]) < 1 or int(base["prefetch"]) < 0:
+        raise ValueError(f"--pad-multiple must be >= 1 and --prefetch >= 0, got {base['pad_multiple']} and {base['prefetch']}")
     return TrainConfig(**base)
 
 
@@ -96,7 +107,8 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="model config overrides, e.g. d_model=256 n_layers=6")
     defaults = TrainConfig("", "")
     for name, typ in VALUE_FLAGS:
-        ap.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"default {getattr(defaults, name)}")
+        ap.add_argument("--" + name.replace("_", "-"), type=typ, default=None,
+                        help=FLAG_HELP.get(name, "") + f"default {getattr(defaults, name)!r}" if name in FLAG_HELP else f"default {getattr(defaults, name)}")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model (default off)")
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast on CUDA (default on)")
     ap.add_argument("--amp-cpu", action=argparse.BooleanOptionalAction, default=None,

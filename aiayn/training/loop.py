@@ -28,7 +28,8 @@ from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
-from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_batches, upsample_sentences
+from .loader import BatchLoader, load_pairs
+from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_groups
 from .recipe import TrainConfig, label_smoothed_loss, noam_lr
 from .state import init_weights_from, list_states, load_state_into, record_config_change, save_state, truncate_metrics
 
@@ -110,12 +111,20 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         FileExistsError: ``resume`` is False and ``run_dir`` already holds saved states (a fresh start would
             overwrite the run's metrics and mix its states with the new ones).
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
+        ValueError: ``tc.pad_multiple`` < 1 or ``tc.prefetch`` < 0 (before anything is written).
+
+    The training pairs come from the token cache (:func:`.loader.load_pairs`, ``tc.token_cache``), the batches
+    from a loader thread (:class:`.loader.BatchLoader`, ``tc.prefetch`` steps ahead, widths rounded up to
+    ``tc.pad_multiple``); a step reads nothing back from the device (the loss is read once per metrics record;
+    under DDP the ``max_minutes`` stop is agreed on at those records only). Adam is fused on CUDA.
 
     The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
     epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time), ``step_*/`` states and, with
     ``tc.record_attention``, ``attention_history.safetensors`` (:mod:`.history`: the curated sentences' attention
     at step 0 of a fresh run and at every saved state).
     """
+    if tc.pad_multiple < 1 or tc.prefetch < 0:
+        raise ValueError(f"pad_multiple must be >= 1 and prefetch >= 0, got {tc.pad_multiple} and {tc.prefetch}")
     device = setup_distributed()
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
@@ -129,7 +138,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     cfg = TransformerConfig.preset(tc.preset, **overrides)
     torch.manual_seed(tc.seed)
     model = Transformer(cfg).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps)
+    # fused Adam on CUDA: one kernel for every parameter instead of a few per tensor (same update rule)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps,
+                           fused=device.type == "cuda")
     state: dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "wall_time": 0.0, "tokens": 0}
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -139,6 +150,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
                               "continue it, or choose another run directory (nothing was changed)")
     if resume and states:
         state = load_state_into(states[-1], model, opt)
+        if device.type == "cuda":  # fused Adam wants its step counts on the parameters' device
+            for p, st in opt.state.items():
+                st["step"] = st["step"].to(p.device, torch.float32)
         log(f"resumed from {states[-1]} (step {state['step']}, epoch {state['epoch']})")
         if rank == 0:
             changed = record_config_change(run_dir, state["step"], tc)
@@ -161,11 +175,14 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log)
     if recorder is not None and not (resume and states):
         recorder.record(run_dir, model, 0)  # step 0: the initial (or warm-started) weights
-    train_src, train_tgt = load_split(data_dir, "train", tc.direction)
-    train_src, train_tgt = upsample_sentences(train_src, train_tgt, tc.upsample_sentences)
+    cache_dir = "" if tc.token_cache == "off" else (tc.token_cache or None)
+    data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
+                      upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log)
     valid_src, valid_tgt = load_split(data_dir, "valid", tc.direction)
-    src_ids, tgt_ids = encode_pairs(tokenizer, train_src, train_tgt, tc.max_len, cfg.eos_id)
-    log(f"{len(src_ids)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}")
+    log(f"{len(data)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}"
+        + (f", token cache {data.cache_path}" if data.cache_path else ""))
+    # automatic dynamic shapes: the first new batch shape recompiles once with symbolic sizes (widths are
+    # multiples of tc.pad_multiple, so few distinct shapes reach the compiled graph)
     fwd = torch.compile(model) if tc.compile else model
     if world > 1:
         fwd = DistributedDataParallel(fwd, device_ids=[device.index] if device.type == "cuda" else None)
@@ -177,73 +194,81 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     stop = state["step"] >= tc.max_steps  # resuming a finished run trains nothing more
     if stop:
         log(f"the run is already at step {state['step']} >= max_steps {tc.max_steps}: nothing to train")
-    window_loss, window_tok, window_t0 = 0.0, 0, time.perf_counter()
+    # No device-to-host read inside a step: token counts come from the lengths on the host, the loss sum stays
+    # on the device and is read (and all-reduced across ranks) only when a metrics record is written.
+    acc_dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+    window_loss = torch.zeros((), dtype=acc_dtype, device=device)
+    window_tok, window_t0 = 0, time.perf_counter()
+    log_every = max(1, tc.valid_every // 10)
     while not stop and state["epoch"] < tc.max_epochs:
-        steps = step_batches(tc, src_ids, tgt_ids, state["epoch"], rank=rank, world=world)
-        for k in range(state["batch_in_epoch"], len(steps)):
-            micro = steps[k]
-            n_tok_local = sum(sum(len(tgt_ids[i]) for i in b) for b in micro)
-            n_tok = torch.tensor(float(n_tok_local), device=device)
-            if world > 1:
-                dist.all_reduce(n_tok)
-            step = state["step"] + 1
-            lr = noam_lr(step, cfg.d_model, tc.warmup_steps, tc.lr_scale)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            loss_sum = 0.0
-            for j, b in enumerate(micro):
-                s, d, t = collate(b, src_ids, tgt_ids, cfg)
-                sync = world == 1 or j == len(micro) - 1
-                ctx = fwd.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
-                with ctx, amp:
-                    logits = fwd(s.to(device), d.to(device))
-                    loss, _ = label_smoothed_loss(logits, t.to(device), tc.epsilon_ls, cfg.pad_id)
-                    # DDP averages gradients over ranks: scale so the step's gradient is the mean per target
-                    # token of the global batch, the same as one process accumulating all micro-batches.
-                    (loss * world / n_tok).backward()
-                loss_sum += float(loss.detach())
-            opt.step()
-            n_tok_global = int(n_tok.item())
-            if world > 1:  # log the loss of the global batch, not only rank 0's share
-                loss_t = torch.tensor(loss_sum, dtype=torch.float64, device=device)
-                dist.all_reduce(loss_t)
-                loss_sum = float(loss_t.item())
-            state["step"] = step
-            state["batch_in_epoch"] = k + 1
-            state["tokens"] += n_tok_global
-            window_loss += loss_sum
-            window_tok += n_tok_global
-            elapsed = time.perf_counter() - window_t0
-            tps = window_tok / max(elapsed, 1e-9)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / max(n_tok_global, 1):.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
-            log_now = step % max(1, tc.valid_every // 10) == 0
-            valid_now = tc.valid_every > 0 and step % tc.valid_every == 0
-            out_of_time = tc.max_minutes > 0 and (time.perf_counter() - t_start) / 60 >= tc.max_minutes
-            if world > 1 and tc.max_minutes > 0:  # ranks must agree on stopping, or the others hang in all_reduce
-                flag = torch.tensor(float(out_of_time), device=device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                out_of_time = bool(flag.item())
-            last = step >= tc.max_steps or out_of_time
-            if rank == 0 and (log_now or valid_now or last):
-                rec = {"step": step, "epoch": state["epoch"], "train_loss": window_loss / max(window_tok, 1), "lr": lr,
-                       "tokens_per_s": tps, "wall_time": time.perf_counter() - t_start}
-                if valid_now or last:
-                    v = validate(model, tokenizer, valid_src, valid_tgt, cfg, beam_size=tc.valid_beam_size,
-                                 n_bleu=tc.valid_bleu_sentences, max_tokens=tc.max_tokens, device=device)
-                    samples = v.pop("valid_samples")
-                    rec.update(v)
-                    bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} | " + " || ".join(f"{a} => {b}" for a, b in samples[:2]))
-                with open(metrics_path, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-                window_loss, window_tok, window_t0 = 0.0, 0, time.perf_counter()
-            if rank == 0 and (step % tc.save_every == 0 or last):
-                state["wall_time"] = time.perf_counter() - t_start
-                save_state(run_dir, model, opt, state, tc.keep, history=recorder)
-            if last:
-                stop = True
-                break
+        groups = step_groups(tc, data.src_lengths, data.tgt_lengths, state["epoch"], world=world)
+        if not groups:  # every epoch would be empty: say so instead of looping through max_epochs of nothing
+            log(f"no training step: an epoch of {len(data)} pairs holds fewer micro-batches of --max-tokens "
+                f"{tc.max_tokens} than one step needs (--tokens-per-step {tc.tokens_per_step}, --accumulation "
+                f"{tc.accumulation}, world {world}); lower --tokens-per-step or set --accumulation")
+            break
+        loader = BatchLoader(data, groups, pad_id=cfg.pad_id, bos_id=cfg.decoder_start_id, device=device,
+                             start=state["batch_in_epoch"], rank=rank, world=world, multiple=tc.pad_multiple,
+                             max_width=cfg.max_len, prefetch=tc.prefetch)
+        with loader:
+            for k, micro, n_tok_global in loader:
+                step = state["step"] + 1
+                lr = noam_lr(step, cfg.d_model, tc.warmup_steps, tc.lr_scale)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                opt.zero_grad(set_to_none=True)
+                # DDP averages gradients over ranks: scale so the step's gradient is the mean per target token
+                # of the global batch, the same as one process accumulating all micro-batches.
+                scale = world / max(n_tok_global, 1)
+                for j, (s, d, t) in enumerate(micro):
+                    sync = world == 1 or j == len(micro) - 1
+                    ctx = fwd.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
+                    with ctx, amp:
+                        logits = fwd(s, d)
+                        loss, _ = label_smoothed_loss(logits, t, tc.epsilon_ls, cfg.pad_id)
+                        (loss * scale).backward()
+                    window_loss += loss.detach()
+                opt.step()
+                state["step"] = step
+                state["batch_in_epoch"] = k + 1
+                state["tokens"] += n_tok_global
+                window_tok += n_tok_global
+                bar.update(1)
+                log_now = step % log_every == 0
+                valid_now = tc.valid_every > 0 and step % tc.valid_every == 0
+                out_of_time = tc.max_minutes > 0 and (time.perf_counter() - t_start) / 60 >= tc.max_minutes
+                if world > 1:  # ranks must agree on stopping, or the others hang in all_reduce; agreed at log steps only
+                    out_of_time = out_of_time and log_now
+                    if tc.max_minutes > 0 and log_now:
+                        flag = torch.tensor(float(out_of_time), device=device)
+                        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                        out_of_time = bool(flag.item())
+                last = step >= tc.max_steps or out_of_time
+                if log_now or valid_now or last:  # every rank: the loss all-reduce needs them all
+                    if world > 1:  # log the loss of the global batch, not only rank 0's share
+                        dist.all_reduce(window_loss)
+                    loss_window = float(window_loss.item())  # the one device read-back, once per record
+                    tps = window_tok / max(time.perf_counter() - window_t0, 1e-9)
+                    if rank == 0:
+                        rec = {"step": step, "epoch": state["epoch"], "train_loss": loss_window / max(window_tok, 1),
+                               "lr": lr, "tokens_per_s": tps, "wall_time": time.perf_counter() - t_start}
+                        bar.set_postfix(loss=f"{rec['train_loss']:.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
+                        if valid_now or last:
+                            v = validate(model, tokenizer, valid_src, valid_tgt, cfg, beam_size=tc.valid_beam_size,
+                                         n_bleu=tc.valid_bleu_sentences, max_tokens=tc.max_tokens, device=device)
+                            samples = v.pop("valid_samples")
+                            rec.update(v)
+                            bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} | " + " || ".join(f"{a} => {b}" for a, b in samples[:2]))
+                        with open(metrics_path, "a") as fh:
+                            fh.write(json.dumps(rec) + "\n")
+                    window_loss.zero_()
+                    window_tok, window_t0 = 0, time.perf_counter()
+                if rank == 0 and (step % tc.save_every == 0 or last):
+                    state["wall_time"] = time.perf_counter() - t_start
+                    save_state(run_dir, model, opt, state, tc.keep, history=recorder)
+                if last:
+                    stop = True
+                    break
         if not stop:
             state["epoch"] += 1
             state["batch_in_epoch"] = 0

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..data.batching import pad_ids, token_batches
+from ..data.batching import pad_ids, token_batches_by_length
 from ..data.corpora import read_tsv
 from ..data.splits import is_sentence
 from ..model.config import TransformerConfig
@@ -92,29 +92,42 @@ def collate(idx: Sequence[int], src_ids: Sequence[Sequence[int]], tgt_ids: Seque
     return torch.from_numpy(src), torch.from_numpy(dec_in), torch.from_numpy(tgt)
 
 
+def step_groups(tc: TrainConfig, src_lengths, tgt_lengths, epoch: int, *, world: int = 1) -> list[list[list[int]]]:
+    """The batches of one epoch grouped into optimizer steps, for every rank together.
+
+    ``groups[k]`` is the list of all micro-batches (lists of example indices) of step k over the ``world``
+    ranks; rank r trains on ``groups[k][r::world]`` (:func:`step_batches`). Batches come from
+    :func:`aiayn.data.batching.token_batches_by_length` (deterministic for ``(tc.seed, epoch)``); with
+    ``tc.accumulation`` = a set, a step is ``a * world`` consecutive micro-batches, so W ranks with accumulation a
+    see exactly the steps of one process with accumulation ``a * W`` (Section 5.1); with ``accumulation=0`` the
+    micro-batches per step are derived from ``tc.tokens_per_step`` and rounded to a multiple of the world size,
+    so the global batch is only approximately independent of the world size. A last incomplete group is
+    dropped.
+
+    Args:
+        src_lengths, tgt_lengths: N lengths in pieces (EOS included), e.g. ``PairIds.src_lengths``.
+    """
+    tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
+    batches = token_batches_by_length(src_lengths, tgt_lengths, tc.max_tokens, seed=tc.seed, epoch=epoch)
+    if tc.accumulation > 0:
+        per_step = tc.accumulation * world
+    else:
+        avg_tokens = int(tgt_lengths.sum()) / max(len(batches), 1)  # every example is in one batch
+        per_step = max(world, int(round(tc.tokens_per_step / max(avg_tokens, 1) / world)) * world)
+    return [batches[start : start + per_step] for start in range(0, len(batches) - per_step + 1, per_step)]
+
+
 def step_batches(tc: TrainConfig, src_ids, tgt_ids, epoch: int, *, rank: int | None = None,
                  world: int | None = None) -> list[list[list[int]]]:
-    """The batches of one epoch grouped into optimizer steps, for one rank.
+    """The batches of one epoch grouped into optimizer steps, for one rank (:func:`step_groups` from the id
+    lists' lengths).
 
     ``steps[k]`` is the list of micro-batches (lists of example indices) rank ``rank`` accumulates in step k;
-    every rank's share is disjoint. With ``tc.accumulation`` = a set, a step is ``a * world`` consecutive
-    micro-batches, so W ranks with accumulation a see exactly the steps of one process with accumulation
-    ``a * W`` (Section 5.1); with ``accumulation=0`` the micro-batches per step are derived from
-    ``tc.tokens_per_step`` and rounded to a multiple of the world size, so the global batch is only
-    approximately independent of the world size. ``rank`` / ``world`` default to :func:`rank_and_world`.
+    every rank's share is disjoint. ``rank`` / ``world`` default to :func:`rank_and_world`.
     """
     if rank is None or world is None:
         own_rank, own_world = rank_and_world()
         rank = own_rank if rank is None else rank
         world = own_world if world is None else world
-    batches = token_batches(src_ids, tgt_ids, tc.max_tokens, seed=tc.seed, epoch=epoch)
-    if tc.accumulation > 0:
-        per_step = tc.accumulation * world
-    else:
-        avg_tokens = sum(sum(len(tgt_ids[i]) for i in b) for b in batches) / max(len(batches), 1)
-        per_step = max(world, int(round(tc.tokens_per_step / max(avg_tokens, 1) / world)) * world)
-    steps = []
-    for start in range(0, len(batches) - per_step + 1, per_step):
-        group = batches[start : start + per_step]
-        steps.append(group[rank::world])
-    return steps
+    groups = step_groups(tc, [len(s) for s in src_ids], [len(t) for t in tgt_ids], epoch, world=world)
+    return [group[rank::world] for group in groups]

@@ -94,3 +94,6 @@ class TrainConfig:
     amp_cpu: bool = False  # bf16 autocast on CPU as well (CPUs with AVX512-BF16 or AMX; off by default)
     init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
     record_attention: bool = True  # attention of a few curated sentences at every saved state (.history)
+    pad_multiple: int = 8  # batch widths rounded up to a multiple of this (shapes repeat: torch.compile, GPU kernels)
+    prefetch: int = 2  # steps collated ahead by the loader thread (0 = in the training thread)
+    token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start

@@ -1,0 +1,343 @@
+"""The training input pipeline that keeps a GPU fed (Section 5.1's batches, built without Python loops per
+sentence):
+
+* :func:`load_pairs`: a split's SentencePiece ids, tokenised once and cached as memory-mapped numpy arrays in
+  ``{data_dir}/cache/`` (or another folder), keyed by the sha256 of ``spm.model`` and of the split file, so a
+  cache entry is never stale: a new vocabulary or new data gives a new key. Filtering by ``max_len``, the
+  direction and ``upsample_sentences`` are applied at load time (cheap index arithmetic), so one entry serves
+  both directions and every ``max_len``.
+* :func:`collate_examples`: one batch as padded ``(B, S)`` / ``(B, T)`` int64 tensors in one vectorised pass,
+  widths rounded up to a multiple of ``pad_multiple`` (8: shapes repeat, which ``torch.compile`` and the GPU
+  kernels like), decoder input ``BOS + y[:-1]`` as :func:`aiayn.training.pipeline.collate`.
+* :class:`BatchLoader`: a thread that collates the next steps' micro-batches ahead of the training step,
+  into pinned memory on CUDA, so the step only issues a non-blocking host-to-device copy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ..data.batching import pad_flat
+from ..data.corpora import read_tsv
+from ..data.splits import is_sentence
+from ..files import sha256_file
+
+#: Bump when the layout of a cache entry changes (old entries are then simply not found).
+CACHE_FORMAT = 1
+LANGS = ("de", "en")
+
+
+@dataclass
+class PairIds:
+    """The training examples of one split and direction, as flat id arrays (no Python list per sentence).
+
+    Attributes:
+        src_flat, tgt_flat: 1-d int32 arrays (often memory-mapped) holding every source / target row (ids then
+            EOS) back to back.
+        src_starts, tgt_starts: ``(N,)`` int64: where example i's source / target starts in the flat arrays.
+        src_lengths, tgt_lengths: ``(N,)`` int64: its lengths in pieces, EOS included (what
+            :func:`aiayn.training.pipeline.encode_pairs` gives as ``len(src_ids[i])``).
+        cache_path: the cache entry the ids came from (None: built in memory only).
+    """
+
+    src_flat: np.ndarray
+    src_starts: np.ndarray
+    src_lengths: np.ndarray
+    tgt_flat: np.ndarray
+    tgt_starts: np.ndarray
+    tgt_lengths: np.ndarray
+    cache_path: Path | None = None
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def lists(self) -> tuple[list[list[int]], list[list[int]]]:
+        """``(src_ids, tgt_ids)`` as lists of lists, the form :func:`.pipeline.encode_pairs` returns."""
+        def rows(flat, starts, lengths):
+            return [flat[s : s + n].tolist() for s, n in zip(starts.tolist(), lengths.tolist())]
+        return rows(self.src_flat, self.src_starts, self.src_lengths), rows(self.tgt_flat, self.tgt_starts, self.tgt_lengths)
+
+
+def _flatten(ids: list[list[int]], eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``ids[i] + [eos_id]`` back to back as int32, and the ``(N + 1,)`` int64 offsets."""
+    lengths = np.fromiter((len(x) + 1 for x in ids), dtype=np.int64, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.full(int(offsets[-1]), eos_id, dtype=np.int32)
+    body = np.ones(len(flat), dtype=bool)
+    body[offsets[1:] - 1] = False
+    flat[body] = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(len(flat) - len(ids)))
+    return flat, offsets
+
+
+def cache_key(spm_model: str | Path, split_file: str | Path) -> str:
+    """The cache entry's name part: sha256 of the format version, ``spm.model``'s bytes and the split file's
+    bytes (first 20 hex digits)."""
+    import hashlib
+
+    h = hashlib.sha256(f"aiayn-token-cache/{CACHE_FORMAT}\n".encode())
+    h.update(sha256_file(spm_model).encode())
+    h.update(sha256_file(split_file).encode())
+    return h.hexdigest()[:20]
+
+
+def _build_arrays(split_file: Path, tokenizer) -> dict[str, np.ndarray]:
+    pairs = read_tsv(split_file)
+    out: dict[str, np.ndarray] = {}
+    for lang in LANGS:
+        texts = [getattr(p, lang) for p in pairs]
+        ids = tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(x) for x in texts]
+        out[lang], out[f"{lang}_offsets"] = _flatten(ids, tokenizer.eos_id)
+    out["sentence"] = np.fromiter((is_sentence(p.de) and is_sentence(p.en) for p in pairs), dtype=bool, count=len(pairs))
+    return out
+
+
+def _load_entry(path: Path) -> dict[str, np.ndarray] | None:
+    """The arrays of a complete cache entry, memory-mapped; None when it is missing or damaged."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        if meta.get("format") != CACHE_FORMAT:
+            return None
+        arrays = {name: np.load(path / f"{name}.npy", mmap_mode="r") for name in meta["arrays"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    n = len(arrays.get("sentence", ()))
+    if any(len(arrays.get(f"{lang}_offsets", ())) != n + 1 for lang in LANGS):
+        return None
+    return arrays
+
+
+def split_arrays(data_dir: str | Path, split: str, tokenizer, spm_model: str | Path, *,
+                 cache_dir: str | Path | None = None, log: Callable[[str], None] = print) -> tuple[dict[str, np.ndarray], Path | None]:
+    """The token ids of every pair of ``{data_dir}/{split}.tsv``, both languages: ``{"de", "en"}`` (flat int32,
+    EOS after each row), ``{"de_offsets", "en_offsets"}`` (``(N + 1,)`` int64) and ``"sentence"`` (``(N,)``
+    bool: both sides are full sentences, :func:`aiayn.data.splits.is_sentence`), plus the cache entry used.
+
+    ``cache_dir`` (default ``{data_dir}/cache``) holds one entry per :func:`cache_key`; a missing or damaged
+    entry is (re)built and written atomically (a temporary folder renamed into place; a concurrent writer,
+    e.g. another DDP rank, simply wins). ``cache_dir=""`` or an unwritable folder: the ids are built in memory
+    (with a log line for the latter).
+
+    Raises:
+        FileNotFoundError: no split file or no ``spm_model``; ValueError: a malformed split file.
+    """
+    split_file = Path(data_dir) / f"{split}.tsv"
+    if not split_file.is_file():
+        raise FileNotFoundError(f"no {split} split: {split_file} does not exist")
+    if cache_dir == "":
+        return _build_arrays(split_file, tokenizer), None
+    root = Path(cache_dir) if cache_dir is not None else Path(data_dir) / "cache"
+    entry = root / f"{split}-{cache_key(spm_model, split_file)}"
+    arrays = _load_entry(entry)
+    if arrays is not None:
+        return arrays, entry
+    built = _build_arrays(split_file, tokenizer)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+    except OSError as exc:
+        log(f"token cache not written ({root}: {exc}); tokenising in memory")
+        return built, None
+    try:
+        for name, arr in built.items():
+            np.save(tmp / f"{name}.npy", arr)
+        (tmp / "meta.json").write_text(json.dumps({"format": CACHE_FORMAT, "split_file": str(split_file),
+                                                   "spm_model": str(spm_model), "arrays": sorted(built)}), encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        if entry.exists() and _load_entry(entry) is None:  # damaged (not one a concurrent writer just put there)
+            shutil.rmtree(entry, ignore_errors=True)
+        os.rename(tmp, entry)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process put the entry in place first, or the disk failed
+    arrays = _load_entry(entry)
+    return (arrays, entry) if arrays is not None else (built, None)
+
+
+def load_pairs(data_dir: str | Path, split: str, direction: str, tokenizer, spm_model: str | Path, *, max_len: int,
+               upsample: int = 1, cache_dir: str | Path | None = None, log: Callable[[str], None] = print) -> PairIds:
+    """The examples of a split for ``direction`` (``"en-de"`` / ``"de-en"``), as
+    :func:`.pipeline.load_split` + :func:`.pipeline.upsample_sentences` + :func:`.pipeline.encode_pairs` give
+    them (same examples, same order: a pair of full sentences repeated ``upsample`` times in place, pairs with
+    an empty side or a side of ``max_len`` pieces or more dropped), but from the token cache
+    (:func:`split_arrays`) and without Python lists.
+
+    Raises:
+        ValueError: ``upsample`` < 1 or an unknown direction; FileNotFoundError: see :func:`split_arrays`.
+    """
+    if upsample < 1:
+        raise ValueError(f"upsample_sentences must be >= 1, got {upsample}")
+    src_lang, _, tgt_lang = direction.partition("-")
+    if {src_lang, tgt_lang} != set(LANGS):
+        raise ValueError(f"direction must be 'en-de' or 'de-en', got {direction!r}")
+    arrays, entry = split_arrays(data_dir, split, tokenizer, spm_model, cache_dir=cache_dir, log=log)
+    s_off = np.asarray(arrays[f"{src_lang}_offsets"])
+    t_off = np.asarray(arrays[f"{tgt_lang}_offsets"])
+    s_len, t_len = np.diff(s_off), np.diff(t_off)
+    # encode_pairs keeps non-empty sides of fewer than max_len pieces: 2 <= length with EOS <= max_len
+    keep = (s_len >= 2) & (s_len <= max_len) & (t_len >= 2) & (t_len <= max_len)
+    times = np.where(np.asarray(arrays["sentence"]), upsample, 1)
+    rows = np.repeat(np.flatnonzero(keep), times[keep])
+    return PairIds(arrays[src_lang], s_off[rows], s_len[rows], arrays[tgt_lang], t_off[rows], t_len[rows], entry)
+
+
+def collate_buffer(data: PairIds, idx: Sequence[int] | np.ndarray, *, pad_id: int, bos_id: int, multiple: int = 8,
+                   max_width: int | None = None, pin_memory: bool = False) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """One batch in ONE int64 buffer ``(B*S + 2*B*T,)``: source ``(B, S)``, decoder input ``(B, T)`` and target
+    ``(B, T)`` one after the other (so the host-to-device copy is one transfer), and ``(B, S, T)``.
+
+    S and T: the longest source / target of the batch rounded up to a multiple of ``multiple``, capped at
+    ``max_width`` (the model's ``max_len``) but never below the longest row. ``pin_memory``: allocate the
+    buffer in page-locked memory (for a non-blocking copy to CUDA).
+
+    Raises:
+        ValueError: an empty batch or ``multiple`` < 1.
+    """
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) == 0:
+        raise ValueError("a batch needs at least one example")
+    if multiple < 1:
+        raise ValueError(f"pad_multiple must be >= 1, got {multiple}")
+    s_len, t_len = data.src_lengths[idx], data.tgt_lengths[idx]
+
+    def width(longest: int) -> int:
+        w = -(-longest // multiple) * multiple
+        return max(longest, min(w, max_width)) if max_width is not None else w
+
+    b, s, t = len(idx), width(int(s_len.max())), width(int(t_len.max()))
+    buf = torch.empty(b * s + 2 * b * t, dtype=torch.int64, pin_memory=pin_memory)
+    arr = buf.numpy()
+    src = arr[: b * s].reshape(b, s)
+    dec = arr[b * s : b * (s + t)].reshape(b, t)
+    tgt = arr[b * (s + t) :].reshape(b, t)
+    pad_flat(data.src_flat, data.src_starts[idx], s_len, pad_id, width=s, out=src)
+    pad_flat(data.tgt_flat, data.tgt_starts[idx], t_len, pad_id, width=t, out=tgt)
+    # decoder input: BOS then the target shifted right (Section 3.1), padded after the row's length
+    dec[:, 0] = bos_id
+    np.copyto(dec[:, 1:], np.where(np.arange(1, t) < t_len[:, None], tgt[:, :-1], pad_id))
+    return buf, (b, s, t)
+
+
+def split_buffer(buf: torch.Tensor, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``(src, dec_in, tgt)`` views of a :func:`collate_buffer` buffer (on whatever device it now is)."""
+    b, s, t = shape
+    return buf[: b * s].view(b, s), buf[b * s : b * (s + t)].view(b, t), buf[b * (s + t) :].view(b, t)
+
+
+def collate_examples(data: PairIds, idx: Sequence[int] | np.ndarray, *, pad_id: int, bos_id: int, multiple: int = 8,
+                     max_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Examples ``idx`` of ``data`` as ``(src (B, S), decoder input (B, T), target (B, T))`` int64 CPU tensors,
+    padded with ``pad_id``; the decoder input is ``bos_id`` + ``y[:-1]`` (Section 3.1). With ``multiple=1`` the
+    same tensors as :func:`aiayn.training.pipeline.collate`; otherwise S and T are rounded up (see
+    :func:`collate_buffer`)."""
+    buf, shape = collate_buffer(data, idx, pad_id=pad_id, bos_id=bos_id, multiple=multiple, max_width=max_width)
+    return split_buffer(buf, shape)
+
+
+_DONE = object()
+
+
+class BatchLoader:
+    """Collates the micro-batches of steps ``start, start + 1, ...`` of ``groups`` ahead of the training step.
+
+    Iterating yields ``(k, micro, n_tok)`` per step k: ``micro`` is this rank's list of ``(src, dec_in, tgt)``
+    int64 tensors already on ``device`` (``groups[k][rank::world]``, collated by :func:`collate_buffer`; on
+    CUDA from pinned memory with a non-blocking copy, so nothing waits for the GPU), and ``n_tok`` the
+    number of target tokens of the whole step over every rank (a Python int computed from the lengths: no
+    all-reduce, no device read-back). With ``prefetch`` > 0 a daemon thread keeps up to ``prefetch`` steps
+    ready; ``prefetch=0`` collates in the caller's thread. The batches are the same either way (the thread
+    draws no random numbers). Call :meth:`close` (or use ``with``) when stopping early.
+    """
+
+    def __init__(self, data: PairIds, groups: list[list[list[int]]], *, pad_id: int, bos_id: int, device: torch.device,
+                 start: int = 0, rank: int = 0, world: int = 1, multiple: int = 8, max_width: int | None = None,
+                 prefetch: int = 2):
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        self.data, self.groups, self.start = data, groups, start
+        self.rank, self.world, self.device = rank, world, torch.device(device)
+        self.kw: dict[str, Any] = dict(pad_id=pad_id, bos_id=bos_id, multiple=multiple, max_width=max_width,
+                                       pin_memory=self.device.type == "cuda")
+        self.prefetch = prefetch
+        self._stop = threading.Event()
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
+        self._thread: threading.Thread | None = None
+
+    def _host_step(self, k: int) -> tuple[int, list[tuple[torch.Tensor, tuple[int, int, int]]], int]:
+        group = self.groups[k]
+        n_tok = int(sum(int(self.data.tgt_lengths[np.asarray(b, dtype=np.int64)].sum()) for b in group))
+        micro = [collate_buffer(self.data, b, **self.kw) for b in group[self.rank :: self.world]]
+        return k, micro, n_tok
+
+    def _work(self) -> None:
+        try:
+            for k in range(self.start, len(self.groups)):
+                item = self._host_step(k)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            item = _DONE
+        except BaseException as exc:  # handed to the training thread, raised there
+            item = exc
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _to_device(self, micro):
+        out = []
+        for buf, shape in micro:
+            if self.device.type != "cpu":
+                buf = buf.to(self.device, non_blocking=True)
+            out.append(split_buffer(buf, shape))
+        return out
+
+    def __iter__(self) -> Iterator[tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], int]]:
+        if self.prefetch == 0:
+            for k in range(self.start, len(self.groups)):
+                _, micro, n_tok = self._host_step(k)
+                yield k, self._to_device(micro), n_tok
+            return
+        self._thread = threading.Thread(target=self._work, name="aiayn-batch-loader", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                k, micro, n_tok = item
+                yield k, self._to_device(micro), n_tok
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the loader thread (if any) and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> "BatchLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,319 @@
+"""The ``trainer`` group: the REAL training path of ``aiayn train`` (data + step), not the model alone.
+
+Data: the committed Ding fixture (``tests/fixtures/ding_sample.txt``, 750 real pairs) repeated to a corpus of
+Ding's shape (mostly 1-3 word phrases, some sentences), written as a prepared data directory in a temporary
+folder with the shipped ``spm.model`` (``checkpoints/en-de``; a small vocabulary is trained from the fixture
+when it is absent). No network.
+
+Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``tokens_per_s`` in ``metrics.jsonl``):
+
+* ``input pipeline``: one epoch of batches as the trainer makes them (:func:`aiayn.training.pipeline.step_groups`,
+  then every micro-batch collated by :class:`aiayn.training.loader.BatchLoader` in the calling thread,
+  ``pad_multiple`` 8; on CUDA into pinned memory plus the host-to-device copy, synchronised at the end), in target
+  tokens per second of wall time; median over epochs. Two ``before`` rows time older paths on the same data: lists of ids,
+  :func:`aiayn.training.pipeline.collate` per micro-batch (vectorised by ``pad_ids``) and a blocking
+  ``.to(device)``, as the loop did before the loader; and the same with the per-row collate of commit c914517,
+  the code of the GPU runs (:func:`collate_c914517`). Their batching is the new length-based one (the old
+  list-based ``token_batches`` was ~3x slower, but runs once an epoch).
+* token cache: the first start (tokenise + write the memory-mapped arrays), a later start (read them back) and
+  tokenising in memory at every start (before).
+* ``training loop``: :func:`aiayn.training.loop.train` itself on that data directory (loader thread, fused Adam and
+  bf16 autocast on CUDA, a metrics record every few steps), median ``tokens_per_s`` of the records after the first
+  (warm-up, compilation). CPU: the shipped shape (d_model 256, N 3), 2,048-token micro-batches. CUDA: d_model 256,
+  N 6, 25,000-token steps (the GPU runs of docs/benchmarks.md), and the base model (Table 3) with ``--compile``
+  in a worker process, with its model FLOPs utilisation (FLOPs of the padded batch shapes the run trained on,
+  :mod:`benchmarks.flops`, over the card's bf16 peak).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .common import REPO, worker_env
+
+FIXTURE = REPO / "tests" / "fixtures" / "ding_sample.txt"
+SHIPPED_SPM = REPO / "checkpoints" / "en-de" / "spm.model"
+
+
+def make_data_dir(root: Path, n_pairs: int) -> Path:
+    """A prepared data directory under ``root``: ``train.tsv`` (the fixture pairs repeated to ``n_pairs``),
+    ``valid.tsv`` (8 of them) and ``spm.model``; returns it."""
+    from aiayn.data import parse_ding
+    from aiayn.data.corpora import write_tsv
+
+    pairs, _ = parse_ding(FIXTURE)
+    d = root / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    reps = -(-n_pairs // len(pairs))
+    write_tsv((pairs * reps)[:n_pairs], d / "train.tsv")
+    write_tsv(pairs[:8], d / "valid.tsv")
+    if SHIPPED_SPM.is_file():
+        shutil.copyfile(SHIPPED_SPM, d / "spm.model")
+    else:  # a fresh clone without the shipped checkpoints
+        from aiayn.tokenizer import train_sentencepiece
+
+        train_sentencepiece([p.de for p in pairs] + [p.en for p in pairs], d / "spm.model", vocab_size=320, num_threads=1)
+    return d
+
+
+def collate_c914517(idx, src_ids, tgt_ids, cfg):
+    """The collate of commit c914517 (``aiayn/train.py``), the code of the GPU runs in docs/benchmarks.md: a
+    Python loop with a few torch calls per row. Kept here only as the oldest "before"."""
+    B = len(idx)
+    S = max(len(src_ids[i]) for i in idx)
+    T = max(len(tgt_ids[i]) for i in idx)
+    src = torch.full((B, S), cfg.pad_id, dtype=torch.long)
+    dec_in = torch.full((B, T), cfg.pad_id, dtype=torch.long)
+    tgt = torch.full((B, T), cfg.pad_id, dtype=torch.long)
+    for r, i in enumerate(idx):
+        s, t = src_ids[i], tgt_ids[i]
+        src[r, : len(s)] = torch.tensor(s)
+        tgt[r, : len(t)] = torch.tensor(t)
+        dec_in[r, 0] = cfg.bos_id
+        dec_in[r, 1 : len(t)] = torch.tensor(t[:-1])
+    return src, dec_in, tgt
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure_pipeline(data_dir: Path, device: str, *, epochs: int, before_epochs: int, max_tokens: int) -> dict[str, Any]:
+    """Time the token cache, the new input pipeline and the list path of before (see the module docstring)."""
+    from aiayn.model.config import TransformerConfig
+    from aiayn.tokenizer import Tokenizer
+    from aiayn.training.loader import BatchLoader, load_pairs
+    from aiayn.training.pipeline import collate, encode_pairs, load_split, step_groups
+    from aiayn.training.recipe import TrainConfig
+
+    dev = torch.device(device)
+    tok = Tokenizer.load(data_dir / "spm.model")
+    cfg = TransformerConfig.preset("base", vocab_size=tok.vocab_size, max_len=256)
+    tc = TrainConfig(str(data_dir), "unused", max_tokens=max_tokens, accumulation=1, seed=1234)
+    cache = data_dir / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    t0 = time.perf_counter()
+    load_pairs(data_dir, "train", "en-de", tok, data_dir / "spm.model", max_len=128, cache_dir=cache, log=lambda m: None)
+    first_start = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    data = load_pairs(data_dir, "train", "en-de", tok, data_dir / "spm.model", max_len=128, cache_dir=cache)
+    later_start = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    s_ids, t_ids = encode_pairs(tok, *load_split(data_dir, "train", "en-de"), 128, tok.eos_id)
+    in_memory = time.perf_counter() - t0
+
+    new_tps, n_tok_epoch = [], 0
+    for epoch in range(epochs):
+        _sync(dev)
+        t0 = time.perf_counter()
+        groups = step_groups(tc, data.src_lengths, data.tgt_lengths, epoch)
+        n_tok = 0
+        last = None
+        for _, micro, n in BatchLoader(data, groups, pad_id=cfg.pad_id, bos_id=cfg.decoder_start_id, device=dev,
+                                       multiple=8, max_width=cfg.max_len, prefetch=0):
+            n_tok += n
+            last = micro
+        _sync(dev)
+        new_tps.append(n_tok / (time.perf_counter() - t0))
+        n_tok_epoch = n_tok
+        del last
+    old_tps: dict[str, list[float]] = {"head": [], "c914517": []}
+    for name, fn in (("head", collate), ("c914517", collate_c914517)):
+        for epoch in range(before_epochs):
+            _sync(dev)
+            t0 = time.perf_counter()
+            groups = step_groups(tc, [len(s) for s in s_ids], [len(t) for t in t_ids], epoch)
+            n_tok = 0
+            for group in groups:
+                for b in group:
+                    n_tok += sum(len(t_ids[i]) for i in b)
+                    s, d, t = fn(b, s_ids, t_ids, cfg)
+                    s, d, t = s.to(dev), d.to(dev), t.to(dev)
+            _sync(dev)
+            old_tps[name].append(n_tok / (time.perf_counter() - t0))
+    return {"pairs": len(data), "target_tokens_per_epoch": n_tok_epoch, "steps_per_epoch": len(groups),
+            "max_tokens": max_tokens, "new_tokens_per_s": new_tps, "before_tokens_per_s": old_tps,
+            "cache_first_start_s": first_start, "cache_later_start_s": later_start, "tokenise_in_memory_s": in_memory}
+
+
+def flops_per_target_token(tc, cfg, tokenizer) -> float:
+    """Training FLOPs (:func:`benchmarks.flops.training_flops`) of the padded batch shapes of epoch 0 of ``tc``'s
+    run, per (non-pad) target token: what MFU multiplies by the measured tokens/s."""
+    from aiayn.training.loader import load_pairs
+    from aiayn.training.pipeline import step_groups
+
+    from .flops import training_flops
+
+    data_dir = Path(tc.data_dir)
+    data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
+                      upsample=tc.upsample_sentences, log=lambda m: None)
+    m = tc.pad_multiple
+    flops = n_tok = 0
+    for group in step_groups(tc, data.src_lengths, data.tgt_lengths, 0):
+        for b in group:
+            idx = np.asarray(b)
+            s, t = int(data.src_lengths[idx].max()), int(data.tgt_lengths[idx].max())
+            s, t = min(-(-s // m) * m, max(s, cfg.max_len)), min(-(-t // m) * m, max(t, cfg.max_len))
+            flops += training_flops(cfg, len(b), s, t).total
+            n_tok += int(data.tgt_lengths[idx].sum())
+    return flops / max(n_tok, 1)
+
+
+def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run :func:`aiayn.training.loop.train` on ``spec["data_dir"]`` and read its ``metrics.jsonl``.
+
+    ``spec``: ``data_dir``, ``run_dir``, ``device`` (informative: train() picks CUDA when present), ``preset``,
+    ``overrides`` (model), ``max_tokens``, ``steps``, ``log_every``, ``compile``, ``threads``, optional
+    ``peak_tflops``. Returns the median ``tokens_per_s`` of the records after the first, the per-record figures,
+    and on CUDA the MFU (FLOPs of the padded shapes of epoch 0 per target token x tokens/s / bf16 peak).
+    """
+    from aiayn.model.config import TransformerConfig
+    from aiayn.tokenizer import Tokenizer
+    from aiayn.training.loop import train
+    from aiayn.training.recipe import TrainConfig
+
+    from .flops import gpu_bf16_peak_tflops
+
+    data_dir, run_dir = Path(spec["data_dir"]), Path(spec["run_dir"])
+    shutil.rmtree(run_dir, ignore_errors=True)
+    tc = TrainConfig(str(data_dir), str(run_dir), preset=spec["preset"], model_overrides=dict(spec["overrides"]),
+                     max_tokens=int(spec["max_tokens"]), accumulation=1, warmup_steps=4000, max_steps=int(spec["steps"]),
+                     valid_every=10 * int(spec["log_every"]), valid_bleu_sentences=0, save_every=10**9, keep=1,
+                     compile=bool(spec.get("compile")), threads=int(spec.get("threads", 0)), record_attention=False)
+    t0 = time.perf_counter()
+    train(tc, log=lambda m: None)
+    wall = time.perf_counter() - t0
+    recs = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    timed = [r["tokens_per_s"] for r in recs[1:]] or [r["tokens_per_s"] for r in recs]
+    tok = Tokenizer.load(data_dir / "spm.model")
+    overrides = dict(tc.model_overrides, vocab_size=tok.vocab_size, max_len=max(256, tc.max_len + 2))
+    cfg = TransformerConfig.preset(tc.preset, **overrides)
+    out: dict[str, Any] = {"tokens_per_s": float(np.median(timed)), "records": [{k: r[k] for k in ("step", "tokens_per_s")} for r in recs],
+                           "wall_s": wall, "steps": tc.max_steps, "compile": tc.compile, "d_model": cfg.d_model,
+                           "n_layers": cfg.n_layers, "vocab_size": cfg.vocab_size, "max_tokens": tc.max_tokens,
+                           "device": "cuda" if torch.cuda.is_available() else "cpu", "mfu": None}
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+        peak = spec.get("peak_tflops") or gpu_bf16_peak_tflops(gpu)
+        out.update(gpu=gpu, peak_tflops=peak, flops_per_target_token=flops_per_target_token(tc, cfg, tok))
+        if peak:
+            out["mfu"] = out["flops_per_target_token"] * out["tokens_per_s"] / (peak * 1e12)
+    return out
+
+
+def _loop_in_worker(spec: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str]:
+    cmd = [sys.executable, "-m", "benchmarks.trainer", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=worker_env(int(spec.get("threads") or 1)), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return None, f"worker failed (exit {proc.returncode}): {' | '.join(tail)[:300]}"
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+    except (IndexError, json.JSONDecodeError):
+        return None, f"worker printed no JSON result: {proc.stdout[-200:]!r}"
+
+
+def _loop_row(device: str, key: str, name: str, res: dict[str, Any] | None, why: str = "") -> list:
+    from .report import Row, na
+
+    rid = f"trainer.{device}.{key}"
+    if res is None:
+        return [na(rid, "trainer", device, name, "tok/s", why)]
+    note = (f"d_model {res['d_model']}, N {res['n_layers']}, V {res['vocab_size']}, {res['max_tokens']:,}-token steps, "
+            f"{'compiled' if res['compile'] else 'eager'}, median of {max(1, len(res['records']) - 1)} records")
+    rows = [Row(rid, "trainer", device, name, res["tokens_per_s"], "tok/s", note, res)]
+    if device == "cuda":
+        if res.get("mfu") is None:
+            rows.append(na(f"{rid}.mfu", "trainer", device, "MFU (loop above)" if key == "loop" else f"MFU, {name}", "fraction",
+                           f"unknown bf16 peak for GPU {res.get('gpu')!r} (pass --peak-tflops)"))
+        else:
+            rows.append(Row(f"{rid}.mfu", "trainer", device, "MFU (loop above)" if key == "loop" else f"MFU, {name}", res["mfu"], "fraction",
+                            f"{res['flops_per_target_token'] * res['tokens_per_s'] / 1e12:.0f} of {res['peak_tflops']:.0f} TFLOP/s bf16"))
+    return rows
+
+
+def run(ctx) -> list:
+    """The ``trainer`` group on every device of ``ctx`` (see the module docstring)."""
+    from .report import Row, na
+
+    rows: list = []
+    q = ctx.quick
+    with tempfile.TemporaryDirectory(prefix="aiayn-bench-trainer-") as tmp:
+        root = Path(tmp)
+        data_dir = make_data_dir(root, 3_000 if q else 120_000)
+        for device in ctx.devices:
+            ctx.log(f"[trainer] {device} input pipeline")
+            p = measure_pipeline(data_dir, device, epochs=2 if q else 3, before_epochs=1, max_tokens=25000)
+            new = float(np.median(p["new_tokens_per_s"]))
+            before = {k: float(np.median(v)) for k, v in p["before_tokens_per_s"].items()}
+            size = f"{p['pairs']:,} pairs, {p['target_tokens_per_epoch']:,} target tokens and {p['steps_per_epoch']} steps an epoch"
+            rows += [
+                Row(f"trainer.{device}.pipeline", "trainer", device, "input pipeline", new, "tok/s",
+                    f"batching + collation{' + pinned copy' if device == 'cuda' else ''}, {size}, median of {len(p['new_tokens_per_s'])} epochs", p),
+                Row(f"trainer.{device}.pipeline_before", "trainer", device, "before: id lists + collate",
+                    before["head"], "tok/s", "the loop's path before the loader (pad_ids collate, blocking copy), same data", p),
+                Row(f"trainer.{device}.pipeline_before_c914517", "trainer", device, "before: per-row collate (c914517)",
+                    before["c914517"], "tok/s", "the collate of the GPU runs (commit c914517), same data", p),
+                Row(f"trainer.{device}.pipeline_speedup", "trainer", device, "speed-up over id lists + collate",
+                    new / before["head"], "x", "median over median"),
+                Row(f"trainer.{device}.pipeline_speedup_c914517", "trainer", device, "speed-up over c914517",
+                    new / before["c914517"], "x", "median over median"),
+                Row(f"trainer.{device}.cache_first_start", "trainer", device, "token cache, first start (tokenise + write)",
+                    p["cache_first_start_s"], "s", size),
+                Row(f"trainer.{device}.cache_later_start", "trainer", device, "token cache, later start (memory-map)",
+                    p["cache_later_start_s"], "s", "before: tokenise at every start, next row"),
+                Row(f"trainer.{device}.tokenise_every_start", "trainer", device, "tokenise in memory (before, every start)",
+                    p["tokenise_in_memory_s"], "s", "load_split + encode_pairs"),
+            ]
+            threads = ctx.threads
+            if device == "cpu":
+                ctx.log("[trainer] cpu training loop")
+                spec = dict(data_dir=str(data_dir), run_dir=str(root / "run-cpu"), device="cpu", threads=threads,
+                            preset="tiny" if q else "base",
+                            overrides={} if q else dict(d_model=256, n_heads=8, d_ff=1024, n_layers=3),
+                            max_tokens=1024 if q else 2048, steps=12 if q else 24, log_every=3 if q else 4, compile=False)
+                try:
+                    rows += _loop_row("cpu", "loop", "training loop", measure_loop(spec))
+                except Exception as exc:  # a failure must not lose the other rows
+                    rows.append(na("trainer.cpu.loop", "trainer", "cpu", "training loop", "tok/s", f"{type(exc).__name__}: {exc}"))
+            else:
+                ctx.log("[trainer] cuda training loop, d_model 256, N 6")
+                spec = dict(data_dir=str(data_dir), run_dir=str(root / "run-cuda"), device="cuda", threads=threads,
+                            preset="base", overrides=dict(d_model=256, n_heads=8, d_ff=1024, n_layers=6),
+                            max_tokens=25000, steps=20 if q else 100, log_every=5 if q else 10, compile=False,
+                            peak_tflops=ctx.peak_tflops)
+                try:
+                    rows += _loop_row("cuda", "loop", "training loop", measure_loop(spec))
+                except Exception as exc:
+                    rows.append(na("trainer.cuda.loop", "trainer", "cuda", "training loop", "tok/s", f"{type(exc).__name__}: {exc}"))
+                torch.cuda.empty_cache()
+                name = "base model loop, torch.compile"
+                if getattr(ctx, "compile", True):
+                    ctx.log(f"[trainer] cuda base model, torch.compile (worker, time limit {ctx.compile_timeout:.0f} s)")
+                    base = dict(spec, run_dir=str(root / "run-cuda-base"), overrides={}, compile=True,
+                                steps=20 if q else 80, log_every=5 if q else 10)
+                    res, why = _loop_in_worker(base, ctx.compile_timeout)
+                else:
+                    res, why = None, "skipped (--no-compile)"
+                rows += _loop_row("cuda", "base_compiled", name, res, f"torch.compile: {why}")
+    return rows
+
+
+if __name__ == "__main__":  # worker: python -m benchmarks.trainer SPEC_JSON -> one JSON line
+    _spec = json.loads(sys.argv[1])
+    torch.set_num_threads(max(1, int(_spec.get("threads") or 1)))
+    print(json.dumps(measure_loop(_spec), default=str))
