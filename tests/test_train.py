@@ -765,3 +765,43 @@ def test_an_epoch_too_small_for_one_step_is_said_not_looped_through(tiny_data, t
     assert list_states(run) == [] and read_metrics(run) == []
     train(tiny_tc(tiny_data, tmp_path / "ok", accumulation=0, tokens_per_step=300, max_steps=2), log=messages.append)
     assert [p.name for p in list_states(tmp_path / "ok")] == ["step_00000002"]
+
+
+def test_scale_residual_init_scales_only_the_residual_branch_ends():
+    """W_V, W_O (every attention) and W_2 (every FFN) times the scale; embeddings, W_Q, W_K, W_1, norms untouched."""
+    import copy
+
+    from aiayn.model.config import TransformerConfig
+    from aiayn.model.transformer import Transformer
+    from aiayn.training.recipe import scale_residual_init
+
+    model = Transformer(TransformerConfig.preset("base", vocab_size=50, d_model=16, d_ff=32, n_heads=2, n_layers=2))
+    before = copy.deepcopy(model.state_dict())
+    n = scale_residual_init(model, 0.25)
+    assert n == 2 * 3 + 2 * 5  # encoder layer: W_V, W_O, W_2; decoder layer: two attentions' W_V, W_O and W_2
+    scaled = {k for k in before if k.endswith(("w_v.weight", "w_o.weight", "w_2.weight"))}
+    assert len(scaled) == n
+    for k, v in model.state_dict().items():
+        expected = before[k] * 0.25 if k in scaled else before[k]
+        assert torch.equal(v, expected), k
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="positive"):
+            scale_residual_init(model, bad)
+
+
+def test_residual_init_scale_starts_a_fresh_run_small_and_not_a_warm_start(tiny_data, tmp_path):
+    """The step-0 weights of a run with residual_init_scale are the plain run's, scaled (same seed); a warm start
+    keeps its parent's weights."""
+    plain = train(tiny_tc(tiny_data, tmp_path / "plain", max_steps=1, save_every=1, lr_scale=1e-12))
+    small = train(tiny_tc(tiny_data, tmp_path / "small", max_steps=1, save_every=1, lr_scale=1e-12,
+                          residual_init_scale=0.5))
+    a, b = weights(list_states(plain)[-1]), weights(list_states(small)[-1])
+    ends = [k for k in a if k.endswith(("w_v.weight", "w_o.weight", "w_2.weight"))]
+    assert ends
+    for k in a:  # one step at a learning rate of ~0: the weights are still the initial ones
+        np.testing.assert_allclose(b[k], a[k] * (0.5 if k in ends else 1.0), rtol=1e-4, atol=1e-7, err_msg=k)
+    warm = train(tiny_tc(tiny_data, tmp_path / "warm", max_steps=1, save_every=1, lr_scale=1e-12,
+                         residual_init_scale=0.5, init_from=str(plain)))
+    c = weights(list_states(warm)[-1])
+    for k in ends:
+        np.testing.assert_allclose(c[k], a[k], rtol=1e-4, atol=1e-7, err_msg=k)

@@ -45,11 +45,13 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
-               ("token_cache", str)]
+               ("token_cache", str), ("residual_init_scale", float)]
 
 #: Help text of the flags whose name alone does not say enough.
 FLAG_HELP = {
     "pad_multiple": "round batch widths up to a multiple of this, so shapes repeat (torch.compile, GPU kernels); ",
+    "residual_init_scale": "at a fresh start, multiply the initial W_V, W_O and W_2 by this (e.g. 0.38 = (8N)^-1/4 for "
+                           "N = 6: post-LN at depth 6 then trains; docs/training.md); ",
     "prefetch": "steps collated ahead by a loader thread (0: in the training thread); ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",
@@ -82,6 +84,8 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
     base["adam_betas"] = tuple(base["adam_betas"])
     if not base.get("data_dir"):
         raise ValueError("no data directory: give --data DIR (a resumed run uses the one it was trained on)")
+    if not 0 < float(base["residual_init_scale"]) < float("inf"):
+        raise ValueError(f"--residual-init-scale must be a positive number, got {base['residual_init_scale']}")
     if int(base["pad_multiple"]) < 1 or int(base["prefetch"]) < 0:
         raise ValueError(f"--pad-multiple must be >= 1 and --prefetch >= 0, got {base['pad_multiple']} and {base['prefetch']}")
     return TrainConfig(**base)

@@ -30,7 +30,7 @@ from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
 from .loader import BatchLoader, load_pairs
 from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_groups
-from .recipe import TrainConfig, label_smoothed_loss, noam_lr
+from .recipe import TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
 from .state import init_weights_from, list_states, load_state_into, record_config_change, save_state, truncate_metrics
 
 
@@ -165,6 +165,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         if tc.init_from:
             used = init_weights_from(tc.init_from, model, data_dir / "spm.model")
             log(f"initialised the weights from {used} (warm start; optimizer and schedule start at step 0)")
+        elif tc.residual_init_scale != 1.0:
+            n = scale_residual_init(model, tc.residual_init_scale)
+            log(f"residual branches start small: {n} matrices (W_V, W_O, W_2) x {tc.residual_init_scale:g}")
     if rank == 0 and not (resume and states):
         atomic_write_text(run_dir / "train_config.json", json.dumps(asdict(tc), indent=2))
         atomic_write_text(run_dir / "metrics.jsonl", "")

@@ -56,6 +56,46 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: 
     return loss, (target != pad_id).sum()
 
 
+#: the parameters whose initial values :func:`scale_residual_init` scales: the value and output projections of every
+#: attention (W^V, W^O, Section 3.2.2) and the second FFN matrix (W_2, Eq. 2), the weights a residual branch ends in
+RESIDUAL_BRANCH_WEIGHTS = ("w_v.weight", "w_o.weight", "w_2.weight")
+
+
+def deepnet_beta(n_layers: int) -> float:
+    """``(8 N)^-1/4``: the initial down-scaling DeepNet gives the residual branches of an N-layer encoder-decoder
+    (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers", the decoder's beta); 0.380 for N = 6.
+
+    Raises:
+        ValueError: ``n_layers`` < 1.
+    """
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    return (8 * n_layers) ** -0.25
+
+
+@torch.no_grad()
+def scale_residual_init(model: torch.nn.Module, scale: float) -> int:
+    """Multiply the initial ``W^V``, ``W^O`` (every attention) and ``W_2`` (every FFN) of ``model`` by ``scale``, in
+    place; returns how many matrices were scaled.
+
+    The forward function stays the paper's (post-LN ``LayerNorm(x + Sublayer(x))``, Section 3.1): only the starting
+    point changes, so that each residual branch adds little to x at first. The paper does not say how it
+    initialised; Xavier (tensor2tensor's) with N = 6 post-LN sat on the unigram plateau in our short runs, while
+    this scaling (DeepNet's beta, :func:`deepnet_beta`, without its up-weighting of x) trained: docs/training.md.
+
+    Raises:
+        ValueError: ``scale`` not a positive finite number.
+    """
+    if not (scale > 0 and scale < float("inf")):
+        raise ValueError(f"residual_init_scale must be a positive number, got {scale!r}")
+    n = 0
+    for name, p in model.named_parameters():
+        if name.endswith(RESIDUAL_BRANCH_WEIGHTS):
+            p.mul_(scale)
+            n += 1
+    return n
+
+
 @dataclass
 class TrainConfig:
     """Everything that defines a training run (stored as ``train_config.json`` in the run directory).
@@ -96,4 +136,5 @@ class TrainConfig:
     record_attention: bool = True  # attention of a few curated sentences at every saved state (.history)
     pad_multiple: int = 8  # batch widths rounded up to a multiple of this (shapes repeat: torch.compile, GPU kernels)
     prefetch: int = 2  # steps collated ahead by the loader thread (0 = in the training thread)
+    residual_init_scale: float = 1.0  # x on W_V, W_O, W_2 at a fresh start (1 = plain Xavier; scale_residual_init)
     token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start
