@@ -11,7 +11,7 @@ import sys
 
 #: sub-command -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "data": ("aiayn.data.prepare", "cli_main", "obtain and prepare parallel data (Ding, TSV, Moses) and the SentencePiece model"),
+    "data": ("aiayn.data.prepare", "cli_main", "obtain and prepare parallel data (Ding, Debian packages, TSV, Moses) and the SentencePiece model"),
     "train": ("aiayn.training.cli", "cli_main", "train a Transformer with the paper's recipe (Section 5); torchrun for DDP"),
     "train-both": ("aiayn.training.both", "cli_main", "train en-de and de-en side by side in a time budget, then average, evaluate, card (one GPU session)"),
     "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),

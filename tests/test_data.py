@@ -422,4 +422,4 @@ def test_aiayn_data_command_routes_to_prepare(capsys):
     assert data.cli_main is prepare.cli_main
     with pytest.raises(SystemExit) as exc:
         main(["data", "--help"])
-    assert exc.value.code == 0 and "{ding,tsv,moses}" in capsys.readouterr().out
+    assert exc.value.code == 0 and "{ding,debian,tsv,moses}" in capsys.readouterr().out

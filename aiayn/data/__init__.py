@@ -17,8 +17,13 @@ pool), :func:`normalize` (the dedup/leakage key) and :func:`make_splits` (with a
 sequence length"): :func:`token_batches` (batches of at most ``max_tokens`` padded tokens) and
 :func:`~aiayn.data.batching.pad_ids` (the one padding routine, ``(B, W)`` int64).
 
-:mod:`~aiayn.data.prepare` owns a prepared data folder and the ``aiayn data {ding,tsv,moses}`` command
-(:func:`cli_main`): :func:`prepare_pairs` / :func:`prepare_ding` write ``train/valid/test.tsv``,
+:mod:`~aiayn.data.debian` (with :mod:`~aiayn.data.gettext_pairs` for ``.mo`` catalogues and the cleaning rules,
+and :mod:`~aiayn.data.help_pages` for help pages shipped in two languages) owns German-English text from Debian
+packages beside Ding (issue 13): fetching and reading ``.deb`` files, the held-out packages of the domain test
+(:data:`HELD_OUT`, :func:`check_not_held_out`).
+
+:mod:`~aiayn.data.prepare` owns a prepared data folder and the ``aiayn data {ding,debian,tsv,moses}`` command
+(:func:`cli_main`): :func:`prepare_pairs` / :func:`prepare_ding` / :func:`~aiayn.data.prepare_debian.prepare_debian` write ``train/valid/test.tsv``,
 ``dictionary.tsv`` (:func:`build_dictionary`, train only), a joint SentencePiece model ``spm.model``
 (Section 5.1) and the datasheet. The word-by-word baseline that reads ``dictionary.tsv`` is an evaluation
 tool and lives in :mod:`aiayn.evaluation.baseline`.
@@ -42,6 +47,10 @@ _LAZY: dict[str, str] = {
                      "DING_VERSION", "ParseReport", "clean_text", "first_synonym", "obtain_ding", "parse_ding",
                      "parse_ding_line"], ".ding"),
     **dict.fromkeys(["build_dictionary", "cli_main", "prepare_ding", "prepare_pairs"], ".prepare"),
+    "prepare_debian": ".prepare_debian",
+    **dict.fromkeys(["HELD_OUT", "TRAIN_PACKAGES", "check_not_held_out", "obtain_debs", "read_deb"], ".debian"),
+    **dict.fromkeys(["clean_message", "mo_pairs", "pair_filter"], ".gettext_pairs"),
+    **dict.fromkeys(["aligned_page_pairs", "split_sentences", "text_blocks"], ".help_pages"),
     **dict.fromkeys(["SplitReport", "is_sentence", "make_splits", "normalize"], ".splits"),
 }
 
@@ -55,7 +64,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         DEFAULT_DING_DIR, DING_ATTRIBUTION, DING_DEBIAN_PACKAGE, DING_LICENSE, DING_SHA256, DING_VERSION, ParseReport,
         clean_text, first_synonym, obtain_ding, parse_ding, parse_ding_line,
     )
+    from .debian import HELD_OUT, TRAIN_PACKAGES, check_not_held_out, obtain_debs, read_deb
+    from .gettext_pairs import clean_message, mo_pairs, pair_filter
+    from .help_pages import aligned_page_pairs, split_sentences, text_blocks
     from .prepare import build_dictionary, cli_main, prepare_ding, prepare_pairs
+    from .prepare_debian import prepare_debian
     from .splits import SplitReport, is_sentence, make_splits, normalize
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,4 +1,4 @@
-"""Preparing a data folder: ``aiayn data {ding,tsv,moses}``.
+"""Preparing a data folder: ``aiayn data {ding,debian,tsv,moses}``.
 
 :func:`prepare_pairs` takes any list of pairs (a parsed Ding file, a TSV, a Moses pair of files) through
 the leak-free split (:func:`~aiayn.data.splits.make_splits`), writes ``train/valid/test.tsv``, the
@@ -7,7 +7,8 @@ baseline in :mod:`aiayn.evaluation.baseline`), a joint SentencePiece BPE model `
 sides of train (Section 5.1: "a shared source-target vocabulary") and a datasheet (``DATASHEET.md``,
 ``datasheet.json``: source, license, counts, what was dropped and why, sha256 of every file).
 :func:`prepare_ding` does the same for the Ding corpus after :func:`~aiayn.data.ding.obtain_ding` and
-:func:`~aiayn.data.ding.parse_ding`; :func:`cli_main` is the command line.
+:func:`~aiayn.data.ding.parse_ding`; :func:`~aiayn.data.prepare_debian.prepare_debian` adds German-English text from Debian packages
+(:mod:`aiayn.data.debian`) to Ding's train and writes two more test splits; :func:`cli_main` is the command line.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from .ding import (
 )
 from .splits import SENTENCE_END, is_sentence, make_splits
 
-__all__ = ["build_dictionary", "prepare_pairs", "prepare_ding", "cli_main"]
+__all__ = ["build_dictionary", "length_histogram", "nonempty_collapsed", "prepare_pairs", "prepare_ding", "cli_main"]
 
 
 def build_dictionary(train: Sequence[Pair], max_words: int = 3) -> list[Pair]:
@@ -52,7 +53,9 @@ def build_dictionary(train: Sequence[Pair], max_words: int = 3) -> list[Pair]:
 _HIST_BINS = [(1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20), (21, 40), (41, None)]
 
 
-def _length_histogram(texts: Iterable[str]) -> dict[str, int]:
+def length_histogram(texts: Iterable[str]) -> dict[str, int]:
+    """Count of texts per length bin in whitespace words (bins 1, 2, 3, 4-5, 6-10, 11-20, 21-40, 41+),
+    every bin present (0 if empty)."""
     counts = Counter()
     for t in texts:
         n = len(t.split())
@@ -65,6 +68,11 @@ def _length_histogram(texts: Iterable[str]) -> dict[str, int]:
 
 def _bin_name(lo, hi) -> str:
     return f"{lo}+" if hi is None else (str(lo) if lo == hi else f"{lo}-{hi}")
+
+
+def nonempty_collapsed(pairs: Sequence[Pair]) -> tuple[list[Pair], int]:
+    nonempty = [Pair(a, b) for a, b in pairs if a.strip() and b.strip()]
+    return [Pair(collapse_whitespace(a), collapse_whitespace(b)) for a, b in nonempty], len(pairs) - len(nonempty)
 
 
 def prepare_pairs(
@@ -93,9 +101,7 @@ def prepare_pairs(
     t0 = time.time() if started_at is None else started_at
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    nonempty = [Pair(a, b) for a, b in pairs if a.strip() and b.strip()]
-    empty_dropped = len(pairs) - len(nonempty)
-    cleaned = [Pair(collapse_whitespace(a), collapse_whitespace(b)) for a, b in nonempty]
+    cleaned, empty_dropped = nonempty_collapsed(pairs)
     splits, srep = make_splits(cleaned, n_valid=n_valid, n_test=n_test, seed=seed,
                                heldout_pool=heldout_pool, return_report=True)
     t_split = time.time() - t0  # includes obtaining/parsing when started_at is given
@@ -148,8 +154,8 @@ def prepare_pairs(
         n_sent = sum(1 for p in sp if is_sentence(p.de) and is_sentence(p.en))
         sheet["counts"][name] = {
             "pairs": len(sp), "sentences": n_sent, "phrases": len(sp) - n_sent,
-            f"words_hist_{columns[0]}": _length_histogram(p.de for p in sp),
-            f"words_hist_{columns[1]}": _length_histogram(p.en for p in sp),
+            f"words_hist_{columns[0]}": length_histogram(p.de for p in sp),
+            f"words_hist_{columns[1]}": length_histogram(p.en for p in sp),
         }
     sheet["files_sha256"] = {name: sha256_file(out / name) for name in
                              ("train.tsv", "valid.tsv", "test.tsv", "dictionary.tsv", "spm.model")}
@@ -294,7 +300,7 @@ def _summary(sheet: dict, out: Path) -> str:
 
 
 def cli_main(argv: list[str]) -> int:
-    """``aiayn data {ding,tsv,moses} ...``: prepare a data folder; returns the exit code (0 ok, 1 error)."""
+    """``aiayn data {ding,debian,tsv,moses} ...``: prepare a data folder; returns the exit code (0 ok, 1 error)."""
     ap = argparse.ArgumentParser(prog="aiayn data", description="Obtain and prepare parallel data.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -309,6 +315,13 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--from", dest="from_file", default=None, help="use this de-en.txt instead of apt-get download")
     p.add_argument("--no-verify", action="store_true", help="accept a file whose sha256 differs (newer upstream)")
     common(p, str(DEFAULT_DING_DIR))
+    p = sub.add_parser("debian", help="Ding + German-English text from Debian packages (catalogues, help pages)")
+    p.add_argument("--debs", default="~/.cache/aiayn/debs", help="cache folder of downloaded .deb files")
+    p.add_argument("--ding-from", default=None, help="use this de-en.txt instead of apt-get download trans-de-en")
+    p.add_argument("--no-download", action="store_true", help="use only .deb files already in --debs")
+    p.add_argument("--n-test-general", type=int, default=1000)
+    p.add_argument("--n-test-domain", type=int, default=1000)
+    common(p, "~/.cache/aiayn/data/debian")
     p = sub.add_parser("tsv", help="a tab-separated parallel corpus")
     p.add_argument("file")
     p.add_argument("--src-col", default="de")
@@ -322,6 +335,14 @@ def cli_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out).expanduser()
     try:
+        if args.cmd == "debian":
+            from .prepare_debian import debian_summary, prepare_debian  # imports .prepare: not at the top (a cycle)
+
+            sheet = prepare_debian(out, deb_dir=args.debs, ding_from=args.ding_from, vocab_size=args.vocab_size,
+                                   n_valid=args.n_valid, n_test=args.n_test, n_test_general=args.n_test_general,
+                                   n_test_domain=args.n_test_domain, seed=args.seed, download=not args.no_download)
+            print(debian_summary(sheet, out))
+            return 0
         if args.cmd == "ding":
             sheet = prepare_ding(out, from_file=args.from_file, vocab_size=args.vocab_size, n_valid=args.n_valid,
                                  n_test=args.n_test, seed=args.seed, verify=not args.no_verify)

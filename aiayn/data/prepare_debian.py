@@ -1,0 +1,282 @@
+"""``aiayn data debian``: Ding plus German-English text from Debian packages (issue 13).
+
+:func:`prepare_debian` reads the gettext catalogues and help pages of Debian packages (:mod:`aiayn.data.debian`,
+:mod:`aiayn.data.gettext_pairs`, :mod:`aiayn.data.help_pages`), cleans them by stated rules, adds the full-sentence
+pairs to Ding's train split (Ding's valid and test stay exactly those of ``aiayn data ding``), draws two more test
+splits (``test_general.tsv`` from the new sources, ``test_domain.tsv`` from the held-out packages), keeps every
+split leak-free, trains the joint SentencePiece model on both sides of the combined train (Section 5.1) and writes
+the datasheet (every source with package, version, file, sha256 and licence). :func:`debian_summary` is the
+command's closing summary. See docs/data.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from tqdm import tqdm
+
+from ..files import atomic_write_text, sha256_file
+from ..tokenizer import train_sentencepiece
+from .corpora import Pair, write_tsv
+from .ding import DING_ATTRIBUTION, DING_DEBIAN_PACKAGE, DING_LICENSE, DING_VERSION, obtain_ding, parse_ding
+from .gettext_pairs import RULES, clean_pairs
+from .gettext_pairs import mo_pairs as mo_pairs_of
+from .prepare import build_dictionary, length_histogram, nonempty_collapsed
+from .splits import is_sentence, make_splits, normalize
+
+__all__ = ["prepare_debian", "debian_summary"]
+
+
+def prepare_debian(
+    out_dir: str | os.PathLike = "~/.cache/aiayn/data/debian",
+    deb_dir: str | os.PathLike = "~/.cache/aiayn/debs",
+    ding_from: str | os.PathLike | None = None,
+    packages: Sequence[str] | None = None,
+    vocab_size: int = 8000,
+    n_valid: int = 500,
+    n_test: int = 1000,
+    n_test_general: int = 1000,
+    n_test_domain: int = 1000,
+    seed: int = 1234,
+    download: bool = True,
+    progress: bool = True,
+    verify: bool = True,
+    domain_packages: Sequence[str] | None = None,
+    hard_vocab_limit: bool = True,
+) -> dict:
+    """Ding plus German-English pairs from Debian packages (:mod:`aiayn.data.debian`), in one folder.
+
+    Ding is split exactly as :func:`prepare_ding` splits it (same ``valid.tsv``/``test.tsv``). The Debian pairs
+    (cleaned, deduplicated) lose every pair that equals or quotes a Ding valid/test sentence; ``n_test_general``
+    full-sentence pairs drawn from them (seed ``seed``) form ``test_general.tsv``; the held-out packages'
+    catalogues give ``test_domain.tsv``; every other Debian pair joins Ding's train, and the combined train loses
+    every pair that equals or quotes a test_general/test_domain sentence. Then ``dictionary.tsv``, a joint
+    SentencePiece model on both sides of the combined train, ``DATASHEET.md`` and ``datasheet.json`` (no
+    timestamps: the same .debs give the same files; wall times go to ``timing.json``).
+
+    ``packages`` (default :data:`~aiayn.data.debian.TRAIN_PACKAGES`) and ``domain_packages`` (default
+    :data:`~aiayn.data.debian.HELD_OUT_DEBS`) name the packages read; ``verify`` and ``hard_vocab_limit`` are
+    passed to :func:`obtain_ding` and SentencePiece training (tests use small fixtures).
+
+    Raises:
+        FileNotFoundError / RuntimeError: a package cannot be obtained or read (see :func:`obtain_debs`).
+        ValueError: a held-out package in ``packages``, or too few held-out candidates.
+    """
+    from . import debian as deb  # function-level: polib and dpkg-deb are only needed here
+    t0 = time.time()
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    packages = tuple(packages if packages is not None else deb.TRAIN_PACKAGES)
+    for p in packages:
+        deb.check_not_held_out(p)
+    domain_packages = tuple(domain_packages if domain_packages is not None else deb.HELD_OUT_DEBS)
+    companions = [deb.HELP_COMPANIONS[p] for p in packages if p in deb.HELP_COMPANIONS]
+    paths = deb.obtain_debs(list(packages) + companions + list(domain_packages), deb_dir, download=download)
+    corpus = obtain_ding(out, from_file=ding_from, verify=verify)
+    ding_pairs, ding_report = parse_ding(corpus, progress=progress)
+    cleaned, empty_dropped = nonempty_collapsed(ding_pairs)
+    dsplits, drep = make_splits(cleaned, n_valid=n_valid, n_test=n_test, seed=seed, heldout_pool="sentences",
+                                return_report=True)
+    t_ding = time.time() - t0
+
+    records, tagged = [], []
+    for p in tqdm(packages, desc="Debian packages", unit="pkg", disable=not progress):
+        info = deb.read_deb(paths[p])
+        if not info["copyright"].strip() and info["doc_link"]:  # licence from the package the doc folder links to
+            link = deb.read_deb(deb.obtain_debs([info["doc_link"]], deb_dir, download=download)[info["doc_link"]])
+            info["copyright"] = link["copyright"]
+        comp = deb.read_deb(paths[deb.HELP_COMPANIONS[p]]) if p in deb.HELP_COMPANIONS else None
+        kept, rec = deb.package_pairs(info, comp)
+        records.append(rec)
+        tagged.extend((Pair(d, e), p, norm) for d, e, norm in kept)
+    domain_raw, domain_records = [], []
+    for p in domain_packages:
+        info = deb.read_deb(paths[p])
+        counts, raw, n = {}, [], 0
+        for path in sorted(info["mo"]):
+            try:
+                prs, k = mo_pairs_of(info["mo"][path])
+            except ValueError:
+                counts["unreadable_mo"] = counts.get("unreadable_mo", 0) + 1
+                continue
+            raw.extend(prs)
+            n += k
+        kept = clean_pairs(raw, counts)
+        domain_raw.extend(Pair(d, e) for d, e, norm in kept if not norm)
+        domain_records.append({"package": info["package"], "version": info["version"], "file": info["file"],
+                               "sha256": info["sha256"], "licence": deb.licence_of(info["copyright"]),
+                               "messages_read": n, "pairs_kept": len(kept)})
+
+    # dedup the Debian pairs (first occurrence in package order), then keep Ding valid/test out of them
+    seen, uniq, owner, normalised = set(), [], {}, set()
+    for pair, p, norm in tagged:
+        k = (normalize(pair.de), normalize(pair.en))
+        if k not in seen:
+            seen.add(k)
+            uniq.append(pair)
+            owner[pair] = p
+            if norm:
+                normalised.add(pair)
+    dup_removed = len(tagged) - len(uniq)
+    ding_held = {normalize(s) for sp in ("valid", "test") for q in dsplits[sp] for s in q}
+    debian_pairs, ding_exact, ding_sub = deb.remove_leaks(uniq, ding_held)
+    taken = set(ding_held)
+    general = deb.draw_heldout([q for q in debian_pairs if q not in normalised], n_test_general, seed, taken)
+    domain = deb.draw_heldout(list(dict.fromkeys(domain_raw)), n_test_domain, seed, taken)
+    if len(general) < n_test_general:
+        raise ValueError(f"only {len(general)} full-sentence Debian pairs for test_general (wanted {n_test_general})")
+    new_held = {normalize(s) for q in general + domain for s in q}
+    gset = set(general)
+    train, seen2 = [], set()
+    for q in dsplits["train"] + [q for q in debian_pairs if q not in gset]:
+        k = (normalize(q.de), normalize(q.en))
+        if k not in seen2:
+            seen2.add(k)
+            train.append(q)
+    cross_dups = len(dsplits["train"]) + len(debian_pairs) - len(gset) - len(train)
+    train, new_exact, new_sub = deb.remove_leaks(train, new_held)
+    splits = {"train": train, "valid": dsplits["valid"], "test": dsplits["test"],
+              "test_general": general, "test_domain": domain}
+    for name, sp in splits.items():
+        write_tsv(sp, out / f"{name}.tsv")
+    dictionary = build_dictionary(train)
+    write_tsv(dictionary, out / "dictionary.tsv")
+    t_pairs = time.time() - t0
+
+    t1 = time.time()
+    if progress:
+        print(f"training SentencePiece ({vocab_size} pieces) on {2 * len(train):,} train sides ...", file=sys.stderr)
+    train_sentencepiece([q.de for q in train] + [q.en for q in train], out / "spm.model", vocab_size=vocab_size,
+                        hard_vocab_limit=hard_vocab_limit)
+    t_spm = time.time() - t1
+
+    in_train = {}
+    train_set = set(train)
+    for q in debian_pairs:
+        if q in train_set:
+            in_train[owner[q]] = in_train.get(owner[q], 0) + 1
+    for r in records:
+        r["pairs_in_train"] = in_train.get(r["package"], 0)
+        r["pairs_in_test_general"] = sum(1 for q in general if owner[q] == r["package"])
+    n_debian_train = sum(in_train.values())
+    counts = {}
+    for name, sp in splits.items():
+        counts[name] = {"pairs": len(sp), "sentences": sum(1 for q in sp if is_sentence(q.de) and is_sentence(q.en)),
+                        "words_hist_de": length_histogram(q.de for q in sp),
+                        "words_hist_en": length_histogram(q.en for q in sp)}
+    counts["train"]["from_ding"] = len(train) - n_debian_train
+    counts["train"]["from_debian"] = n_debian_train
+    rule_totals: dict = {}
+    for r in records:
+        for k, v in r["rules"].items():
+            rule_totals[k] = rule_totals.get(k, 0) + v
+    sheet = {
+        "name": "Ding + German-English text from Debian packages (aiayn data debian)",
+        "parameters": {"vocab_size": vocab_size, "n_valid": n_valid, "n_test": n_test,
+                       "n_test_general": n_test_general, "n_test_domain": n_test_domain, "seed": seed},
+        "ding": {"debian_package": DING_DEBIAN_PACKAGE, "version": DING_VERSION, "file": "de-en.txt",
+                 "sha256": sha256_file(corpus), "license": DING_LICENSE, "attribution": DING_ATTRIBUTION,
+                 "parse": {**ding_report.to_dict(), "source": "de-en.txt"}, "empty_pairs_dropped": empty_dropped, "split": drep.to_dict()},
+        "debian_sources": records,
+        "held_out_sources": domain_records,
+        "held_out_packages": sorted(deb.HELD_OUT),
+        "rules": RULES,
+        "rule_counts": rule_totals,
+        "debian": {"pairs_after_cleaning": len(tagged), "duplicates_removed": dup_removed,
+                   "removed_equal_to_ding_heldout": ding_exact, "removed_quoting_ding_heldout": ding_sub,
+                   "duplicates_of_ding_train": cross_dups, "train_removed_equal_to_new_heldout": new_exact,
+                   "train_removed_quoting_new_heldout": new_sub},
+        "counts": counts,
+        "dictionary_entries": len(dictionary),
+        "tokenizer": {"file": "spm.model", "type": "bpe", "vocab_size": vocab_size,
+                      "trained_on": "combined train split, both sides (joint vocabulary, Section 5.1)"},
+        "files_sha256": {f: sha256_file(out / f) for f in ("train.tsv", "valid.tsv", "test.tsv", "test_general.tsv",
+                                                           "test_domain.tsv", "dictionary.tsv", "spm.model")},
+    }
+    atomic_write_text(out / "datasheet.json", json.dumps(sheet, ensure_ascii=False, indent=2) + "\n")
+    atomic_write_text(out / "DATASHEET.md", _debian_datasheet_markdown(sheet, splits))
+    timing = {"debs_found_ding_split_s": round(t_ding, 1), "until_pairs_written_s": round(t_pairs, 1),
+              "sentencepiece_s": round(t_spm, 1), "total_s": round(time.time() - t0, 1)}
+    atomic_write_text(out / "timing.json", json.dumps(timing, indent=2) + "\n")
+    sheet["timing_s"] = timing
+    return sheet
+
+
+def _debian_datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> str:
+    d, c = sheet["ding"], sheet["counts"]
+    L = [f"# Datasheet: {sheet['name']}\n", "## Splits\n",
+         "| split | pairs | full sentences (both sides) | what |", "|---|---:|---:|---|"]
+    what = {"train": f"Ding train ({c['train']['from_ding']:,}) + Debian ({c['train']['from_debian']:,})",
+            "valid": "Ding, exactly as `aiayn data ding`", "test": "Ding, exactly as `aiayn data ding`",
+            "test_general": "full sentences drawn from the Debian sources (general test)",
+            "test_domain": "full sentences from the held-out packages' catalogues (domain test)"}
+    for name, cc in c.items():
+        L.append(f"| {name} | {cc['pairs']:,} | {cc['sentences']:,} | {what[name]} |")
+    L.append("\nNo held-out sentence (valid, test, test_general, test_domain; either side, compared case- and "
+             "whitespace-normalised) is a side of a train pair or a substring of one (4+ words), and no sentence "
+             "occurs in two held-out sets.")
+    L.append("\n## Sources\n")
+    L.append(f"- Ding: Debian `{d['debian_package']}` {d['version']}, `{d['file']}` sha256 `{d['sha256']}`, "
+             f"{d['license']}. {d['attribution']}.")
+    L.append("- Debian packages (Debian 12 bookworm; messages = catalogue messages + aligned help blocks read; "
+             "kept = pairs after cleaning; train/test_general = after deduplication and leak removal):\n")
+    L.append("| package | version | licence | .mo | help pages | messages | kept | train | test_general | .deb sha256 |")
+    L.append("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    recs = sorted(sheet["debian_sources"], key=lambda r: -r["pairs_kept"])
+    for r in recs:
+        comp = f" (+ `{r['companion']['package']}` {r['companion']['version']}, sha256 `{r['companion']['sha256'][:16]}…`)" \
+            if r.get("companion") else ""
+        L.append(f"| {r['package']}{comp} | {r['version']} | {r['licence'][:60]} | {r['mo_files']} | {r['help_pages']} | "
+                 f"{r['messages_read']:,} | {r['pairs_kept']:,} | {r['pairs_in_train']:,} | "
+                 f"{r['pairs_in_test_general']:,} | `{r['sha256'][:16]}…` |")
+    tot = lambda k: sum(r[k] for r in recs)  # noqa: E731
+    L.append(f"| **total** ({len(recs)} packages) | | | {tot('mo_files')} | {tot('help_pages')} | "
+             f"{tot('messages_read'):,} | {tot('pairs_kept'):,} | {tot('pairs_in_train'):,} | "
+             f"{tot('pairs_in_test_general'):,} | |")
+    L.append("\nFull sha256 digests and .deb file names: `datasheet.json` (`debian_sources`). Each package keeps its "
+             "own licence (see its `/usr/share/doc/PACKAGE/copyright`); models trained on this data must name them.")
+    L.append("\nHeld out (never training data): the catalogues of " + ", ".join(sheet["held_out_packages"]) +
+             "; they feed `test_domain.tsv` only:\n")
+    for r in sheet["held_out_sources"]:
+        L.append(f"- {r['package']} {r['version']} ({r['licence'][:40]}): {r['messages_read']:,} messages, "
+                 f"{r['pairs_kept']:,} pairs kept")
+    L.append("\n## Cleaning rules (counts: pairs or messages each rule changed or dropped)\n")
+    for k, v in sheet["rules"].items():
+        L.append(f"- `{k}` ({sheet['rule_counts'].get(k, 0):,}): {v}")
+    for k, v in sheet["rule_counts"].items():
+        if k not in sheet["rules"]:
+            L.append(f"- `{k}`: {v:,}")
+    L.append("- help pages: blocks paired in document order when both pages have the same block structure, else by "
+             "element `id`; a block pair is cut into sentences when both sides give the same number of sentences")
+    L.append("\n## Deduplication and leaks\n")
+    for k, v in sheet["debian"].items():
+        L.append(f"- {k.replace('_', ' ')}: {v:,}")
+    L.append("\n## Files\n")
+    L.append("- `*.tsv`: UTF-8, tab-separated, header `de\\ten`, no quoting; `spm.model`: SentencePiece BPE, "
+             f"{sheet['tokenizer']['vocab_size']:,} pieces, trained on both sides of the combined train")
+    for name, digest in sheet["files_sha256"].items():
+        L.append(f"- `{name}`: `{digest}`")
+    L.append("\n## Examples\n")
+    rng = random.Random(0)
+    for name in ("test_general", "test_domain"):
+        if splits[name]:
+            L.append(f"{name}:")
+            L.extend(f"- `{q.de}` → `{q.en}`" for q in rng.sample(splits[name], min(5, len(splits[name]))))
+            L.append("")
+    return "\n".join(L) + "\n"
+
+
+def debian_summary(sheet: dict, out: Path) -> str:
+    lines = [f"wrote {out}"]
+    for name, c in sheet["counts"].items():
+        lines.append(f"  {name:<12} {c['pairs']:>8,} pairs ({c['sentences']:,} full sentences)")
+    lines.append(f"  train from Debian: {sheet['counts']['train']['from_debian']:,} pairs from "
+                 f"{sum(1 for r in sheet['debian_sources'] if r['pairs_in_train'])} packages; datasheet: "
+                 f"{out / 'DATASHEET.md'}")
+    lines.append(f"  took {sheet['timing_s']['total_s']} s")
+    return "\n".join(lines)

@@ -1,0 +1,331 @@
+"""Tests for ``aiayn data debian``: gettext catalogues, the cleaning rules, parallel help pages, the held-out
+packages, leak-free held-out splits and the datasheet's source records.
+
+Fixtures (``fixtures/debian/``, licences in the README there): ``sample.de.po`` holds real messages copied
+unchanged from Debian 12 catalogues (the test builds the ``.mo`` with polib); the ``*.page`` and ``*.html``
+files are real GNOME and LibreOffice help pages in English and German. The end-to-end test packs them into
+small ``.deb`` files with ``dpkg-deb`` (no download). Expected values were read off the raw files by hand.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+polib = pytest.importorskip("polib")
+
+from aiayn.data import Pair, make_splits, normalize, parse_ding  # noqa: E402
+from aiayn.data import debian as deb  # noqa: E402
+from aiayn.data.gettext_pairs import clean_message, clean_pairs, mo_pairs, pair_filter  # noqa: E402
+from aiayn.data.help_pages import align_blocks, aligned_page_pairs, split_sentences, text_blocks  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures"
+DEB_FIX = FIX / "debian"
+
+
+@pytest.fixture(scope="module")
+def mo_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("mo") / "sample.mo"
+    polib.pofile(str(DEB_FIX / "sample.de.po")).save_as_mofile(str(path))
+    return path
+
+
+def test_mo_pairs_reads_context_plural_and_singular_only(mo_file):
+    pairs, n = mo_pairs(mo_file.read_bytes())
+    assert n == 15  # entries in sample.de.po (header not counted)
+    d = dict((en, de) for de, en in pairs)
+    # msgctxt "Password hint" is not part of the text
+    assert d["A password without your user name would be stronger."] == \
+        "Ein Passwort ohne Ihren Benutzernamen wäre stärker."
+    # plural entry: the singular msgid with msgstr[0]
+    assert d["Must have a maximum of %d character"] == "Darf höchstens %d Zeichen sein"
+    assert "Must have a maximum of %d characters" not in d
+    assert mo_pairs(mo_file)[0] == pairs  # a path works as well as bytes
+
+
+def test_mo_pairs_rejects_a_non_catalogue(tmp_path):
+    with pytest.raises(ValueError, match="not a valid .mo"):
+        mo_pairs(b"this is not a catalogue at all")
+
+
+@pytest.mark.parametrize("raw, expected, normalised", [
+    ("Beep when a _modifier key is pressed", "Beep when a modifier key is pressed", False),        # GTK _
+    ("&Ask for action after dragging messages", "Ask for action after dragging messages", False),  # KDE &
+    ("Delete ~All Comments by $1", "Delete All Comments by X", True),                               # LO ~ and $1
+    ("Automatic _Date &amp; Time", "Automatic Date & Time", False),                                 # entity
+    ("<b>%s</b> is used to open the following types", "X is used to open the following types", True),  # markup
+    ("Wrong password entered. You have %1$u try left", "Wrong password entered. You have X try left", True),
+    ('Set "Heading $(ARG1)" Style', 'Set "Heading X" Style', True),
+    ("Truncating recipients list to %1.", "Truncating recipients list to X.", True),               # Qt %1
+    ("Use {0} and {name} now", "Use X and X now", True),                                           # brace styles
+    ("Found %(count)d objects", "Found X objects", True),                                          # Python named
+    ("%s: not used because `__COUNTER__' is invalid", "X: not used because `__COUNTER__' is invalid", True),
+    ("%<#pragma%> ignored for %qD", "'#pragma' ignored for X", True),                             # gcc quotes
+    ("RID_SW_ERRHDL\x04The structure cannot be modified.", "The structure cannot be modified.", False),  # context
+    ("50%% done\nand more", "50% done and more", False),                                           # %% and newline
+])
+def test_clean_message_rules(raw, expected, normalised):
+    assert clean_message(raw) == (expected, normalised)
+
+
+def test_clean_message_drops_too_many_placeholders_and_counts_rules():
+    counts = {}
+    assert clean_message("%s copied %d of %d files", counts) == (None, False)
+    assert counts == {"too_many_placeholders": 1}
+    clean_message("Save &As", counts)
+    assert counts["accelerators"] == 1
+
+
+@pytest.mark.parametrize("de, en, reason", [
+    ("Zu kurz hier", "Far too short here", "too_short"),
+    ("2.4 GHz / 5 GHz Band eins", "2.4 GHz / 5 GHz band EINS", "untranslated"),
+    ("The structure of a linked table cannot be modified.",
+     "The structure of a linked table cannot be modified now.", "not_german"),   # msgstr left in English
+    ("Bei einer verknüpften Tabelle darf die Struktur nicht verändert werden.",
+     "Bei einer verknüpften Tabelle darf die Struktur nicht geändert werden.", "not_german"),  # msgid German
+    ("Ja " * 31, "Yes the one " * 5, "ratio"),
+    ("Die Datei " * 45, "The file " * 45, "too_long"),
+    ("Bei einer verknüpften Tabelle darf die Struktur nicht verändert werden.",
+     "The structure of a linked table cannot be modified.", None),
+])
+def test_pair_filter(de, en, reason):
+    assert pair_filter(de.strip(), en.strip()) == reason
+
+
+def test_clean_pairs_on_the_real_catalogue(mo_file):
+    counts = {}
+    kept = clean_pairs(mo_pairs(mo_file)[0], counts)
+    by_en = {e: (d, n) for d, e, n in kept}
+    assert by_en["The structure of a linked table cannot be modified."] == (
+        "Bei einer verknüpften Tabelle darf die Struktur nicht verändert werden.", False)
+    assert by_en["Beep when a modifier key is pressed"][0] == "Signalton ausgeben, wenn eine Zusatztaste gedrückt wird"
+    assert "2.4 GHz / 5 GHz" not in by_en               # untranslated and short
+    assert "Must have a maximum of X character" in by_en  # 5 words after normalising %d
+    assert counts["too_short"] >= 1 and counts["placeholders"] >= 1
+    assert all("~" not in d and "<" not in d and "&" not in d.replace("& ", "") for d, e, n in kept)
+    assert all(" _" not in " " + d.replace("__COUNTER__", "") for d, e, n in kept)
+
+
+def test_lo_help_pages_align_by_order_and_by_id():
+    en = (DEB_FIX / "lo-help.en-US.text_direct_cursor.html").read_text(encoding="utf-8")
+    de = (DEB_FIX / "lo-help.de.text_direct_cursor.html").read_text(encoding="utf-8")
+    pairs, how = aligned_page_pairs(en, de)
+    assert how == "order"
+    assert ("Mit dem Direkt-Cursor können Sie Text überall auf der Seite eingeben.",
+            "The direct cursor allows you to enter text anywhere on a page.") in pairs
+    assert not any("polyfills" in d or "function" in d for d, e in pairs)  # scripts are not text
+    # with a block missing on one side the ids still pair the rest
+    be, bd = text_blocks(en), text_blocks(de)
+    target = next(b for b in be if b.id == "par_id3155908")
+    by_id, how = align_blocks([b for b in be if b is not target], bd)
+    assert how == "id"
+    assert ("Klicken Sie auf einen leeren Bereich im Textdokument. Der Mauszeiger ändert seine Form und zeigt die "
+            "Ausrichtung an, die für den eingegebenen Text verwendet wird.",
+            "Click in a free space in the text document. The mouse pointer changes to reflect the alignment that "
+            "will be applied to the text that you type:") in by_id
+    assert not any(e == target.text for d, e in by_id)
+
+
+def test_mallard_pages_give_sentence_pairs_when_counts_agree():
+    en = (DEB_FIX / "gnome-help.C.net-wireless-wepwpa.page").read_text(encoding="utf-8")
+    de = (DEB_FIX / "gnome-help.de.net-wireless-wepwpa.page").read_text(encoding="utf-8")
+    pairs, how = aligned_page_pairs(en, de)
+    assert how == "order"
+    ens = [e for d, e in pairs]
+    assert "What do WEP and WPA mean?" in ens
+    # first paragraph: 4 sentences on both sides, so cut into 4 pairs
+    assert ("WPA2 repräsentiert die zweite Version des WPA-Standards.",
+            "WPA2 is the second version of the WPA standard.") in pairs
+    # second paragraph: 4 German sentences for 3 English ones, so kept whole
+    assert "WPA2 is the most secure of the three." not in ens
+    assert any(e.startswith("Using some encryption") and e.endswith("wireless network.") for e in ens)
+    assert not any("Knackstedt" in d for d, e in pairs)        # translator credits (<info>) are skipped
+
+
+def test_split_sentences_keeps_abbreviations():
+    assert split_sentences("Wählen Sie z. B. Datei. Dann klicken Sie. 3 Fenster öffnen sich.") == [
+        "Wählen Sie z. B. Datei.", "Dann klicken Sie.", "3 Fenster öffnen sich."]
+
+
+@pytest.mark.parametrize("package, source", [("coreutils", None), ("util-linux-locales", "util-linux"),
+                                             ("gnupg-l10n", "gnupg2"), ("gpgv", "gnupg")])
+def test_held_out_packages_are_refused(package, source):
+    with pytest.raises(ValueError, match="held out"):
+        deb.check_not_held_out(package, source)
+
+
+def test_held_out_refusal_before_any_download(tmp_path):
+    from aiayn.data.prepare_debian import prepare_debian
+    with pytest.raises(ValueError, match="held out"):
+        prepare_debian(tmp_path / "out", deb_dir=tmp_path / "debs", packages=["gimp", "grep"], download=False)
+    assert not (tmp_path / "debs").exists()
+
+
+def test_a_held_out_domain_inside_another_package_is_skipped(mo_file):
+    data = mo_file.read_bytes()
+    info = {"package": "some-l10n", "version": "1", "source": "some", "file": "x.deb", "sha256": "0" * 64,
+            "copyright": "", "help": {},
+            "mo": {"usr/share/locale/de/LC_MESSAGES/coreutils.mo": data,
+                   "usr/share/locale/de/LC_MESSAGES/some.mo": data}}
+    kept, rec = deb.package_pairs(info)
+    assert rec["rules"]["held_out_domain_skipped"] == 1 and rec["mo_files"] == 1
+    assert rec["messages_read"] == 15
+
+
+def test_remove_leaks_exact_and_substring():
+    held = {normalize("Der Hund schläft im Garten."), normalize("The dog sleeps in the garden.")}
+    pairs = [Pair("Der Hund schläft im Garten.", "A dog sleeps."),                            # exact (de)
+             Pair("Sie sagte: Der Hund schläft im Garten. Dann ging sie.", "She said so and left."),  # substring
+             Pair("Die Katze schläft.", "The cat sleeps.")]
+    kept, exact, sub = deb.remove_leaks(pairs, held)
+    assert kept == [pairs[2]] and (exact, sub) == (1, 1)
+
+
+def test_draw_heldout_takes_sentences_once():
+    cands = [Pair("Das ist ein ganzer Satz.", "This is a whole sentence."),
+             Pair("Das ist ein ganzer Satz.", "That is one whole sentence."),  # same German side
+             Pair("kein Satz hier ohne Punkt", "no sentence here without a stop"),
+             Pair("Hier steht noch ein Satz.", "Here is another sentence.")]
+    taken = set()
+    got = deb.draw_heldout(cands, 5, seed=1, taken=taken)
+    assert len(got) == 2 and cands[2] not in got
+    assert normalize("Hier steht noch ein Satz.") in taken
+
+
+def test_licence_of_machine_readable_and_free_form():
+    assert deb.licence_of("Format: https://x\n\nFiles: *\nCopyright: 2020 A\nLicense: GPL-2+\n\nFiles: b\n"
+                          "License: MIT\n") == "GPL-2+"
+    assert deb.licence_of("This package is under the GPL-3 and the GFDL-1.3.") == "GPL-3, GFDL-1.3"
+    assert deb.licence_of("no idea") == "see copyright file"
+    assert deb.licence_of("") == "see source package copyright"
+    # free-form notices (as in synaptic's and darktable's copyright files)
+    assert deb.licence_of(" * modify it under the terms of the GNU General Public License as\n * published by the "
+                          "Free Software Foundation; either version 2 of the\n * License, or (at your option) any "
+                          "later version.") == "GPL-2+"
+    assert deb.licence_of("Files: *\nLicense: This program is free software: you can redistribute it and/or "
+                          "modify it under the terms of the GNU General Public License\n version 3.") == "GPL-3"
+    assert deb.licence_of("License: GNU GPL; some portions public domain.") == "GPL (version not stated)"
+
+
+def _build_deb(root: Path, out_dir: Path, package: str, version: str, files: dict[str, bytes],
+               source: str | None = None) -> Path:
+    d = root / package
+    (d / "DEBIAN").mkdir(parents=True)
+    control = (f"Package: {package}\nVersion: {version}\nArchitecture: all\nMaintainer: test <t@example.org>\n"
+               + (f"Source: {source}\n" if source else "") + "Description: aiayn test fixture\n")
+    (d / "DEBIAN" / "control").write_text(control)
+    for rel, data in files.items():
+        f = d / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+    deb_path = out_dir / f"{package}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(d), str(deb_path)],
+                   check=True, capture_output=True)
+    return deb_path
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, mo_file):
+    if not shutil.which("dpkg-deb"):
+        pytest.skip("dpkg-deb is not installed (Debian/Ubuntu only)")
+    from aiayn.data.prepare_debian import prepare_debian
+    tmp = tmp_path_factory.mktemp("debian")
+    debs = tmp / "debs"
+    debs.mkdir()
+    copyright_ = b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\n" \
+                 b"Copyright: the authors\nLicense: CC-BY-SA-3.0\n"
+    help_files = {
+        "usr/share/help/C/gnome-help/net-wireless-wepwpa.page":
+            (DEB_FIX / "gnome-help.C.net-wireless-wepwpa.page").read_bytes(),
+        "usr/share/help/de/gnome-help/net-wireless-wepwpa.page":
+            (DEB_FIX / "gnome-help.de.net-wireless-wepwpa.page").read_bytes(),
+        "usr/share/doc/fixture-docs/copyright": copyright_,
+    }
+    _build_deb(tmp / "src", debs, "fixture-docs", "1.0-1", help_files)
+    _build_deb(tmp / "src", debs, "fixture-l10n", "2:3.4-5", {
+        "usr/share/locale/de/LC_MESSAGES/fixture.mo": mo_file.read_bytes(),
+        "usr/share/doc/fixture-l10n/copyright": b"Files: *\nLicense: GPL-2+\n"})
+    _build_deb(tmp / "src", debs, "fixture-help-de", "7.4", {
+        "usr/share/fixture/help/de/text/cursor.html": (DEB_FIX / "lo-help.de.text_direct_cursor.html").read_bytes()})
+    _build_deb(tmp / "src", debs, "fixture-help-en", "7.4", {
+        "usr/share/fixture/help/en-US/text/cursor.html":
+            (DEB_FIX / "lo-help.en-US.text_direct_cursor.html").read_bytes()})
+    # a held-out package: its catalogue feeds test_domain only
+    _build_deb(tmp / "src", debs, "coreutils", "9.1-1", {
+        "usr/share/locale/de/LC_MESSAGES/coreutils.mo": mo_file.read_bytes()})
+    kwargs = dict(deb_dir=debs, ding_from=FIX / "ding_sample.txt", verify=False,
+                  packages=["fixture-docs", "fixture-l10n", "fixture-help-de"], domain_packages=["coreutils"],
+                  vocab_size=400, n_valid=5, n_test=10, n_test_general=3, n_test_domain=1, download=False,
+                  progress=False, hard_vocab_limit=False)
+
+    def run(out):
+        deb.HELP_COMPANIONS["fixture-help-de"] = "fixture-help-en"
+        try:
+            with pytest.warns(UserWarning, match="sha256 mismatch"):  # the fixture is not the full Ding file
+                return prepare_debian(out, **kwargs)
+        finally:
+            del deb.HELP_COMPANIONS["fixture-help-de"]
+    sheet = run(tmp / "out")
+    return tmp, sheet, run
+
+
+def _read(path: Path) -> list[Pair]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "de\ten"
+    return [Pair(*line.split("\t")) for line in lines[1:]]
+
+
+def test_ding_valid_and_test_are_exactly_the_ding_split(prepared):
+    tmp, sheet, _ = prepared
+    pairs, _ = parse_ding(FIX / "ding_sample.txt", progress=False)
+    ref = make_splits(pairs, n_valid=5, n_test=10, seed=1234, heldout_pool="sentences")
+    assert _read(tmp / "out" / "valid.tsv") == ref["valid"]
+    assert _read(tmp / "out" / "test.tsv") == ref["test"]
+
+
+def test_general_and_domain_tests_do_not_leak_into_train(prepared):
+    tmp, sheet, _ = prepared
+    out = tmp / "out"
+    train = _read(out / "train.tsv")
+    general, domain = _read(out / "test_general.tsv"), _read(out / "test_domain.tsv")
+    assert len(general) == 3 and len(domain) == 1
+    held = {normalize(s) for q in general + domain + _read(out / "valid.tsv") + _read(out / "test.tsv") for s in q}
+    for q in train:
+        for side in (normalize(q.de), normalize(q.en)):
+            assert side not in held
+            assert not any(h in side for h in held if len(h.split()) >= 4), side
+    # the Debian pairs did reach train (beside Ding)
+    assert sheet["counts"]["train"]["from_debian"] > 0
+    assert "Bei einer verknüpften Tabelle darf die Struktur nicht verändert werden." in \
+        {q.de for q in train + general}
+
+
+def test_datasheet_records_each_source(prepared):
+    tmp, sheet, _ = prepared
+    out = tmp / "out"
+    on_disk = json.loads((out / "datasheet.json").read_text(encoding="utf-8"))
+    recs = {r["package"]: r for r in on_disk["debian_sources"]}
+    assert set(recs) == {"fixture-docs", "fixture-l10n", "fixture-help-de"}
+    deb_file = tmp / "debs" / "fixture-l10n_2:3.4-5_all.deb"
+    assert recs["fixture-l10n"]["version"] == "2:3.4-5"
+    assert recs["fixture-l10n"]["sha256"] == hashlib.sha256(deb_file.read_bytes()).hexdigest()
+    assert recs["fixture-l10n"]["licence"] == "GPL-2+"
+    assert recs["fixture-docs"]["licence"] == "CC-BY-SA-3.0"
+    assert recs["fixture-help-de"]["companion"]["package"] == "fixture-help-en"
+    assert recs["fixture-l10n"]["messages_read"] == 15 and recs["fixture-l10n"]["mo_files"] == 1
+    assert on_disk["held_out_sources"][0]["package"] == "coreutils"
+    for name, digest in on_disk["files_sha256"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    md = (out / "DATASHEET.md").read_text(encoding="utf-8")
+    assert "fixture-l10n" in md and "GPL-2+" in md and "test_general" in md
+
+
+def test_same_debs_give_the_same_files(prepared):
+    tmp, sheet, run = prepared
+    again = run(tmp / "out2")
+    assert again["files_sha256"] == sheet["files_sha256"]
+    assert (tmp / "out2" / "datasheet.json").read_bytes() == (tmp / "out" / "datasheet.json").read_bytes()
