@@ -274,3 +274,12 @@ def test_a_failing_post_stage_leaves_no_checkpoint(done, data, tmp_path, capsys)
     assert json.loads(status.read_text()) == {"average": 0, "evaluate_test": 0, "evaluate_test_general": 2}
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
     assert "evaluate_test_general failed (exit code 2); no checkpoint was written" in capsys.readouterr().err
+
+
+def test_post_ln_recipe_differs_from_the_gpu_recipe_only_in_layer_order_and_init():
+    """gpu-n6-post is gpu-n6 with the paper's post-LN and the residual branches starting at DeepNet's beta."""
+    from aiayn.training.recipe import deepnet_beta
+
+    pre, post = RECIPES["gpu-n6"], RECIPES["gpu-n6-post"]
+    assert post["model"] == {**pre["model"], "norm_first": False}
+    assert post["train"] == {**pre["train"], "residual_init_scale": round(deepnet_beta(post["model"]["n_layers"]), 2)}

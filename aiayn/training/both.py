@@ -57,6 +57,19 @@ RECIPES: dict[str, dict[str, Any]] = {
         "average_last": 5,
         "reserve_minutes": 4.0,
     },
+    # The paper's layer order (post-LN) at N = 6, with the residual branches (W_V, W_O, W_2) starting at (8N)^-1/4 =
+    # 0.38 of their Xavier values (DeepNet's beta, init only): on the CPU (d_model 128, N 6, 500 steps) plain post-LN
+    # sat on the unigram plateau while this one trained as fast as pre-LN (docs/training.md, "The paper's depth").
+    # Not yet run on a GPU: run it there beside gpu-n6 before shipping either.
+    "gpu-n6-post": {
+        "preset": "base",
+        "model": {"d_model": 256, "d_ff": 1024, "n_heads": 8, "n_layers": 6, "max_len": 256, "norm_first": False},
+        "train": {"max_tokens": 25000, "accumulation": 1, "warmup_steps": 1000, "lr_scale": 0.7, "upsample_sentences": 4,
+                  "amp": True, "valid_every": 250, "valid_bleu_sentences": 100, "save_every": 250, "keep": 5,
+                  "residual_init_scale": 0.38},
+        "average_last": 5,
+        "reserve_minutes": 4.0,
+    },
     # For tests and a first try on a laptop: a few dozen steps of a one-layer model, well under a minute on a CPU.
     "tiny": {
         "preset": "tiny",
