@@ -423,3 +423,13 @@ def test_aiayn_data_command_routes_to_prepare(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["data", "--help"])
     assert exc.value.code == 0 and "{ding,debian,tsv,moses}" in capsys.readouterr().out
+
+
+def test_substring_hits_finds_every_occurrence_with_its_owner():
+    from aiayn.data.splits import substring_hits
+
+    texts = ["the cat sat on the mat", "a dog", "the cat again and the cat"]
+    hits = list(substring_hits(texts, [10, 11, 12], ["the cat", "dog", "bird"]))
+    assert hits == [(10, "the cat"), (12, "the cat"), (12, "the cat"), (11, "dog")]
+    # a needle never spans two texts (they are joined with newlines)
+    assert list(substring_hits(["ab", "cd"], [0, 1], ["bc", "b\nc"][:1])) == []

@@ -15,7 +15,6 @@ datasheet with one record per package (version, .deb file and sha256, licence, m
 """
 from __future__ import annotations
 
-import bisect
 import os
 import random
 import re
@@ -27,7 +26,7 @@ from ..files import sha256_file
 from .corpora import Pair
 from .gettext_pairs import clean_pairs, mo_pairs
 from .help_pages import aligned_page_pairs
-from .splits import is_sentence, normalize
+from .splits import is_sentence, normalize, substring_hits
 
 __all__ = ["HELD_OUT", "HELD_OUT_DEBS", "TRAIN_PACKAGES", "licence_of", "HELP_COMPANIONS", "DEFAULT_DEB_DIR", "DEFAULT_DEBIAN_DIR",
            "check_not_held_out", "obtain_debs", "read_deb", "package_pairs", "remove_leaks", "draw_heldout"]
@@ -259,16 +258,8 @@ def remove_leaks(pairs: list[Pair], held: set[str], min_substring_words: int = 4
                     if len(t) > len(subs[0]):
                         texts.append(t)
                         owners.append(i)
-        offsets, pos = [], 0
-        for t in texts:
-            offsets.append(pos)
-            pos += len(t) + 1
-        big = "\n".join(texts)
-        for h in subs:
-            s = big.find(h)
-            while s != -1:
-                bad.setdefault(owners[bisect.bisect_right(offsets, s) - 1], "substring")
-                s = big.find(h, s + 1)
+        for i, _ in substring_hits(texts, owners, subs):
+            bad.setdefault(i, "substring")
     kept = [p for i, p in enumerate(pairs) if i not in bad]
     vals = list(bad.values())
     return kept, vals.count("exact"), vals.count("substring")

@@ -12,7 +12,7 @@ import dataclasses
 import random
 import re
 import unicodedata
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .corpora import Pair, collapse_whitespace
 
@@ -70,6 +70,28 @@ class SplitReport:
     def to_dict(self) -> dict:
         """Plain-dict form (JSON-serialisable)."""
         return dataclasses.asdict(self)
+
+
+def substring_hits(texts: Sequence[str], owners: Sequence[int], needles: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """Every occurrence of every needle inside ``texts``, as ``(owner of that text, needle)``, needle by needle
+    (the leak check of held-out sentences inside training pairs). The texts are joined once with newlines and
+    searched with ``str.find``: one pass per needle over all texts, not one per text. Needles must not contain a
+    newline.
+
+    Args:
+        texts: the texts searched; ``owners[k]`` is what text k belongs to (e.g. the index of its pair).
+        needles: the strings looked for.
+    """
+    offsets, pos = [], 0
+    for t in texts:
+        offsets.append(pos)
+        pos += len(t) + 1
+    big = "\n".join(texts)
+    for h in needles:
+        start = big.find(h)
+        while start != -1:
+            yield owners[bisect.bisect_right(offsets, start) - 1], h
+            start = big.find(h, start + 1)
 
 
 def make_splits(
@@ -179,23 +201,12 @@ def make_splits(
                 if len(k) > min_len and len(k.split()) >= min_substring_words:
                     texts.append(k)
                     owners.append(i)
-        if texts:
-            offsets, pos = [], 0
-            for t in texts:
-                offsets.append(pos)
-                pos += len(t) + 1
-            big = "\n".join(texts)
-            for h in subs:
-                start = big.find(h)
-                while start != -1:
-                    j = bisect.bisect_right(offsets, start) - 1
-                    i = owners[j]
-                    if i not in removed:
-                        removed[i] = "substring"
-                        if len(rep.removed_examples) < 20:
-                            rep.removed_examples.append({"reason": f"contains held-out {h!r}",
-                                                         "train": f"{uniq[i].de} :: {uniq[i].en}"})
-                    start = big.find(h, start + 1)
+        for i, h in substring_hits(texts, owners, subs):
+            if i not in removed:
+                removed[i] = "substring"
+                if len(rep.removed_examples) < 20:
+                    rep.removed_examples.append({"reason": f"contains held-out {h!r}",
+                                                 "train": f"{uniq[i].de} :: {uniq[i].en}"})
     rep.train_removed_exact = sum(1 for v in removed.values() if v == "exact")
     rep.train_removed_substring = sum(1 for v in removed.values() if v == "substring")
     splits = {
