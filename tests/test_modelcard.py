@@ -133,3 +133,22 @@ def test_card_mentions_bf16_on_the_gpu_only_when_trained_on_one(tiny_checkpoints
     gpu = render_card(ckpt, None, None, [], "1 x NVIDIA H100 80GB, 16 CPU cores")
     cpu = render_card(ckpt, None, None, [], "2-core AMD EPYC CPU")
     assert "bf16 autocast on the GPU" in gpu and "bf16 autocast on the GPU" not in cpu
+
+
+def test_card_of_a_model_trained_on_ding_and_debian_names_every_licence(tiny_checkpoints):
+    """Issue 13: a datasheet of `aiayn data debian` (Ding + Debian packages) gives a data section naming Ding, the
+    packages' licences with their pair counts and the held-out packages, not the Ding-only licence sentence."""
+    sheet = {
+        "ding": {"debian_package": "trans-de-en", "version": "1.9-6", "sha256": "ab" * 32, "license": "GPL-2.0-or-later"},
+        "debian_sources": [
+            {"package": "libreoffice-help-de", "version": "7.4", "licence": "MPL-2.0", "pairs_in_train": 300},
+            {"package": "gimp-help-de", "version": "2.10", "licence": "GFDL-NIV-1.2+", "pairs_in_train": 120},
+            {"package": "inkscape", "version": "1.2", "licence": "MPL-2.0", "pairs_in_train": 5},
+        ],
+        "held_out_packages": ["coreutils", "tar"],
+        "counts": {"train": {"pairs": 1000, "sentences": 500, "phrases": 500}},
+    }
+    text = render_card(tiny_checkpoints / "en-de", None, sheet, [], "cpu")
+    assert "Ding" in text and "GPL-2.0-or-later" in text and "3 Debian packages" in text
+    assert "MPL-2.0: 305 pairs" in text and "GFDL-NIV-1.2+: 120 pairs" in text
+    assert "coreutils, tar" in text and "distributed under the same license (GPL-2.0-or-later)" not in text

@@ -73,6 +73,39 @@ def _on_gpu(hardware: str) -> bool:
     """Whether the card's hardware text names a GPU (``aiayn train`` autocasts to bf16 there unless ``--no-amp``)."""
     return bool(re.search(r"\b(gpu|cuda|nvidia|h100|h200|a100)\b", hardware or "", re.IGNORECASE))
 
+def debian_data_lines(sheet: dict[str, Any], top: int = 12) -> list[str]:
+    """The data section of a card for a model trained on ``aiayn data debian`` (Ding plus Debian packages'
+    translations): Ding with its sha256 and licence, the number of Debian packages, pairs and their licences (every
+    licence named, with its pair count), the largest sources, the held-out packages, and where the full census is.
+    """
+    ding = sheet.get("ding", {})
+    sources = sheet.get("debian_sources", [])
+    train_pairs = lambda s: s.get("pairs_in_train", s.get("pairs_kept", 0))  # noqa: E731
+    by_licence: dict[str, int] = {}
+    for s in sources:
+        by_licence[s.get("licence") or "not stated"] = by_licence.get(s.get("licence") or "not stated", 0) + train_pairs(s)
+    n_pairs = sum(train_pairs(s) for s in sources)
+    lines = [f"- Corpus 1: Ding German-English dictionary (Debian `{ding.get('debian_package', 'trans-de-en')}` "
+             f"{ding.get('version', 'n/a')}), sha256 `{ding.get('sha256', 'n/a')}`, **{ding.get('license', 'GPL-2.0-or-later')}**. "
+             f"{ding.get('attribution', '')}".rstrip(),
+             f"- Corpus 2: German translations shipped in {len(sources)} Debian packages (gettext catalogues and help pages "
+             f"in both languages), {n_pairs:,} pairs kept by `aiayn data debian`. Each package keeps its own licence; the "
+             "licences of the data this model was trained on, with the pairs under each:",
+             ""]
+    lines += [f"  - {lic}: {n:,} pairs" for lic, n in sorted(by_licence.items(), key=lambda kv: -kv[1])[:top]]
+    rest = sorted(by_licence.items(), key=lambda kv: -kv[1])[top:]
+    if rest:
+        lines.append(f"  - {len(rest)} more licence texts ({sum(n for _, n in rest):,} pairs)")
+    big = sorted(sources, key=train_pairs, reverse=True)[:5]
+    lines += ["", "- Largest sources: " + ", ".join(f"{s['package']} {s.get('version', '')} ({train_pairs(s):,})" for s in big) + ".",
+              "- Never trained on (held out for `test_domain.tsv`): " + ", ".join(sheet.get("held_out_packages", [])) + ".",
+              "- Every package with its version, .deb file, sha256, licence and counts: the data folder's `DATASHEET.md` "
+              "(docs/data.md). A model derived from this data carries the obligations of all these licences (GPL, LGPL, "
+              "MPL-2.0, GFDL, CC-BY-SA among them).",
+              ""]
+    return lines
+
+
 def _short_path(path: str) -> str:
     """The last two components of a path (``runs/en-de``): enough to name a run without the user's home."""
     parts = Path(path).parts
@@ -99,12 +132,15 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     if notes:
         lines += [notes.strip(), ""]
     lines += ["## Data and license", ""]
-    src_info = (datasheet or {}).get("source", {})
-    lines += [f"- Corpus: {src_info.get('name', 'Ding German-English dictionary (trans-de-en)')}, version {src_info.get('version', '1.9-6')}, "
-              f"sha256 `{src_info.get('sha256', 'n/a')}`.",
-              f"- License: **{src_info.get('license', 'GPL-2.0-or-later')}**. {src_info.get('attribution', 'Ding, Copyright (c) Frank Richter, TU Chemnitz.')} "
-              "This model is derived from that data and is distributed under the same license (GPL-2.0-or-later).",
-              "- Prepared with `aiayn data ding` (parse, clean annotations, first synonym, deduplicate, leak-free splits)."]
+    if (datasheet or {}).get("debian_sources"):
+        lines += debian_data_lines(datasheet)
+    src_info = (datasheet or {}).get("source", {}) if not (datasheet or {}).get("debian_sources") else None
+    if src_info is not None:
+        lines += [f"- Corpus: {src_info.get('name', 'Ding German-English dictionary (trans-de-en)')}, version {src_info.get('version', '1.9-6')}, "
+                  f"sha256 `{src_info.get('sha256', 'n/a')}`.",
+                  f"- License: **{src_info.get('license', 'GPL-2.0-or-later')}**. {src_info.get('attribution', 'Ding, Copyright (c) Frank Richter, TU Chemnitz.')} "
+                  "This model is derived from that data and is distributed under the same license (GPL-2.0-or-later).",
+                  "- Prepared with `aiayn data ding` (parse, clean annotations, first synonym, deduplicate, leak-free splits)."]
     counts = (datasheet or {}).get("counts", {})
     if counts:
         lines += ["", "| split | pairs | full sentences | phrases |", "|---|---:|---:|---:|"]
