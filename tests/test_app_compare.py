@@ -2,18 +2,17 @@
 their difference, computed independently of the page (translator + model directly, no alignment code)."""
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
-REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "app.py")
+from app_pages import arr, charts, open_page
+
 PAGE = "pages/9_Compare_Sentences.py"
 A, B = "I have no time.", "I have no money."
+
+
+def run(query=None):
+    return open_page(PAGE, query)
 
 
 @pytest.fixture(scope="module")
@@ -21,27 +20,6 @@ def translator(tiny_checkpoints):
     from aiayn import Translator
 
     return Translator.load(tiny_checkpoints / "en-de", device="cpu")
-
-
-def arr(value) -> np.ndarray:
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if value.get("shape"):
-            a = a.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return a.astype(float)
-    return np.array([[np.nan if v is None else v for v in row] for row in value], dtype=float)
-
-
-def charts(at) -> dict[str, dict]:
-    return {el.proto.id.rsplit("-", 1)[-1]: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
-
-
-def run(query=None):
-    at = AppTest.from_file(APP, default_timeout=60)
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.switch_page(PAGE)
-    return at.run()
 
 
 def present(z: np.ndarray) -> np.ndarray:

@@ -1,18 +1,17 @@
 """Attention explorer page (AppTest against tiny random checkpoints): every control changes the view."""
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
-REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "app.py")
+from app_pages import arr, charts, open_page
+
 PAGE = "pages/2_Attention_Explorer.py"
 SENT = "I have no time."
+
+
+def run(query=None, tab=None):
+    return open_page(PAGE, query, tab=tab)
 
 
 @pytest.fixture(scope="module")
@@ -29,39 +28,6 @@ def reference(tiny_checkpoints):
 def esc(label: str) -> str:
     """Plotly reads labels as HTML: the page must escape <, > and & (so <s> does not strike through)."""
     return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def arr(value):
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if value.get("shape"):
-            a = a.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return a.astype(float)
-    return np.array(value, dtype=float)
-
-
-def charts(at) -> dict[str, dict]:
-    """Plotly specs by element key (the page gives every chart a key)."""
-    return {_key(el): json.loads(el.proto.spec) for el in at.get("plotly_chart")}
-
-
-def _key(el) -> str:
-    # element ids end with the user key for keyed elements ("$$ID-<hash>-<key>")
-    return el.proto.id.rsplit("-", 1)[-1]
-
-
-def run(query=None, tab=None):
-    """The explorer after its first run; ``tab`` (a key of TAB_LABELS) opens that tab first: only the open tab
-    is drawn."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    if tab is not None:
-        from aiayn.app.explorer import TAB_LABELS
-
-        at.session_state["tab"] = TAB_LABELS[tab]
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.switch_page(PAGE)
-    return at.run()
 
 
 def test_default_view_is_cross_attention_of_the_models_output(checkpoints, reference):

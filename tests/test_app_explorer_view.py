@@ -7,51 +7,23 @@ chart taller. Layout in a real browser: ``tests/e2e/test_layout.py``.
 """
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "app.py")
+from app_pages import arr, charts, open_page
+
 PAGE = "pages/2_Attention_Explorer.py"
 SENT, REF = "I have no time.", "Ich habe keine Zeit."
 EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2300-\u23FF\u2600-\u27BF\u2B00-\u2BFF]")
 
 
 def run(query=None, tab=None):
-    """The explorer after its first run; ``tab`` (a key of TAB_LABELS) opens that tab first: only the open tab
-    is drawn."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    if tab is not None:
-        from aiayn.app.explorer import TAB_LABELS
-
-        at.session_state["tab"] = TAB_LABELS[tab]
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.switch_page(PAGE)
-    at.run()
+    at = open_page(PAGE, query, tab=tab)
     assert not at.exception, at.exception
     return at
-
-
-def charts(at) -> dict[str, dict]:
-    """Plotly specs by element key (element ids end with the user key)."""
-    return {el.proto.id.rsplit("-", 1)[-1]: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
-
-
-def arr(value):
-    import base64
-
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if value.get("shape"):
-            a = a.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return a.astype(float)
-    return np.array(value, dtype=float)
 
 
 @pytest.fixture(scope="module")

@@ -3,23 +3,24 @@ history recorded here at three steps with other weights at each): the slider pic
 recorded one, the URL restores the view, and a checkpoint without a history says so."""
 from __future__ import annotations
 
-import base64
 import copy
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 
 from aiayn.training.history import AttentionRecorder, load_history
 
-REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "app.py")
+from app_pages import arr, charts, open_page
+
 PAGE = "pages/2_Attention_Explorer.py"
 STEPS = (0, 10, 20)
+
+
+def run(query=None, tab=None):
+    return open_page(PAGE, query, tab=tab)
 
 
 @pytest.fixture(scope="module")
@@ -54,34 +55,6 @@ def app_env(monkeypatch):
     yield point
     st.cache_data.clear()
     st.cache_resource.clear()
-
-
-def run(query=None, tab=None):
-    """The explorer after its first run; ``tab`` (a key of TAB_LABELS) opens that tab first: only the open tab
-    is drawn."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    if tab is not None:
-        from aiayn.app.explorer import TAB_LABELS
-
-        at.session_state["tab"] = TAB_LABELS[tab]
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.switch_page(PAGE)
-    return at.run()
-
-
-def charts(at) -> dict[str, dict]:
-    return {el.proto.id.rsplit("-", 1)[-1]: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
-
-
-def arr(value) -> np.ndarray:
-    """A plotly array (plain list, or base64 ``bdata`` with dtype and optional shape) as float numpy."""
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if value.get("shape"):
-            a = a.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return a.astype(float)
-    return np.array(value, dtype=float)
 
 
 def z_of(spec: dict) -> np.ndarray:

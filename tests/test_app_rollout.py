@@ -2,20 +2,21 @@
 URL restores the view, bad URL values are reported, the rolled-out rows sum to 1 in the chart itself."""
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from aiayn.examples import EXAMPLES
 
-REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "app.py")
+from app_pages import arr, charts, open_page
+
 PAGE = "pages/8_Attention_Rollout.py"
 SENT, REF = EXAMPLES["en-de"][0][0], EXAMPLES["en-de"][0][1]  # the page's default sentence
+
+
+def run(query=None):
+    at = open_page(PAGE, query)
+    assert not at.exception, at.exception
+    return at
 
 
 @pytest.fixture(scope="module")
@@ -31,29 +32,6 @@ def reference(tiny_checkpoints):
 
 def esc(label: str) -> str:
     return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def arr(value) -> np.ndarray:
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if value.get("shape"):
-            a = a.reshape([int(x) for x in str(value["shape"]).split(",")])
-        return a.astype(float)
-    return np.array(value, dtype=float)
-
-
-def charts(at) -> dict[str, dict]:
-    return {el.proto.id.rsplit("-", 1)[-1]: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
-
-
-def run(query=None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.switch_page(PAGE)
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def head_mean_rollout(maps, kind: str, residual: float) -> np.ndarray:

@@ -9,9 +9,15 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from app_pages import arr, open_page
+
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
 PAGE = "pages/1_Translate.py"
+
+
+def run(query=None):
+    return open_page(PAGE, query)
 
 
 def spec(at, i=0):
@@ -21,29 +27,6 @@ def spec(at, i=0):
 def esc(label: str) -> str:
     """Plotly reads labels as HTML: the page must escape <, > and & (so <s> does not strike through)."""
     return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def arr(value):
-    """A plotly JSON array: a plain list or a typed array ``{"dtype", "bdata", "shape"}`` (plotly >= 6)."""
-    import base64
-
-    import numpy as np
-
-    if isinstance(value, dict) and "bdata" in value:
-        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if shape:
-            a = a.reshape([int(x) for x in str(shape).split(",")])
-        return a.astype(float)
-    return np.array(value, dtype=float)
-
-
-def run(query=None):
-    at = AppTest.from_file(APP, default_timeout=60)
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.switch_page(PAGE)
-    return at.run()
 
 
 def test_default_sentence_translates_with_alignment(checkpoints, tiny_translator):
