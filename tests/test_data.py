@@ -432,4 +432,4 @@ def test_substring_hits_finds_every_occurrence_with_its_owner():
     hits = list(substring_hits(texts, [10, 11, 12], ["the cat", "dog", "bird"]))
     assert hits == [(10, "the cat"), (12, "the cat"), (12, "the cat"), (11, "dog")]
     # a needle never spans two texts (they are joined with newlines)
-    assert list(substring_hits(["ab", "cd"], [0, 1], ["bc", "b\nc"][:1])) == []
+    assert list(substring_hits(["ab", "cd"], [0, 1], ["bc"])) == []

@@ -191,20 +191,15 @@ def licence_of(copyright_text: str) -> str:
     return ", ".join(dict.fromkeys(names)) or "see copyright file"
 
 
-def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple[str, str, bool]], dict]:
-    """Cleaned ``(de, en, normalised)`` pairs of one package read by :func:`read_deb` (``companion``: the English
-    help package for a German help package) and its census record. ``.mo`` catalogues whose text domain is
-    held out are skipped and counted.
-
-    Raises:
-        ValueError: the package is held out (:func:`check_not_held_out`).
-    """
-    check_not_held_out(info["package"], info["source"])
-    counts: dict = {}
+def catalogue_pairs(info: dict, counts: dict, *, skip_held_out: bool = True) -> tuple[list, int, list[str]]:
+    """The raw ``(msgid, msgstr)`` messages of every German ``.mo`` catalogue of a package read by :func:`read_deb`,
+    in path order: ``(pairs, messages read, catalogue paths used)``. Unreadable catalogues are skipped and counted in
+    ``counts["unreadable_mo"]``; with ``skip_held_out``, so are catalogues whose text domain is a held-out package
+    (``counts["held_out_domain_skipped"]``; off for the domain test, which reads exactly those)."""
     raw, messages, files = [], 0, []
     for path in sorted(info["mo"]):
         domain = _MO.search(path).group(1)
-        if domain in HELD_OUT or domain.split("-")[0] in HELD_OUT:
+        if skip_held_out and (domain in HELD_OUT or domain.split("-")[0] in HELD_OUT):
             counts["held_out_domain_skipped"] = counts.get("held_out_domain_skipped", 0) + 1
             continue
         try:
@@ -215,6 +210,20 @@ def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple
         raw.extend(pairs)
         messages += n
         files.append(path)
+    return raw, messages, files
+
+
+def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple[str, str, bool]], dict]:
+    """Cleaned ``(de, en, normalised)`` pairs of one package read by :func:`read_deb` (``companion``: the English
+    help package for a German help package) and its census record. ``.mo`` catalogues whose text domain is
+    held out are skipped and counted.
+
+    Raises:
+        ValueError: the package is held out (:func:`check_not_held_out`).
+    """
+    check_not_held_out(info["package"], info["source"])
+    counts: dict = {}
+    raw, messages, files = catalogue_pairs(info, counts)
     help_files = dict(info["help"])
     if companion:
         help_files.update(companion["help"])

@@ -25,7 +25,6 @@ from ..tokenizer import train_sentencepiece
 from .corpora import Pair, write_tsv
 from .ding import DING_ATTRIBUTION, DING_DEBIAN_PACKAGE, DING_LICENSE, DING_VERSION, obtain_ding, parse_ding
 from .gettext_pairs import RULES, clean_pairs
-from .gettext_pairs import mo_pairs as mo_pairs_of
 from .prepare import build_dictionary, length_histogram, nonempty_collapsed
 from .splits import is_sentence, make_splits, normalize
 
@@ -97,15 +96,8 @@ def prepare_debian(
     domain_raw, domain_records = [], []
     for p in domain_packages:
         info = deb.read_deb(paths[p])
-        counts, raw, n = {}, [], 0
-        for path in sorted(info["mo"]):
-            try:
-                prs, k = mo_pairs_of(info["mo"][path])
-            except ValueError:
-                counts["unreadable_mo"] = counts.get("unreadable_mo", 0) + 1
-                continue
-            raw.extend(prs)
-            n += k
+        counts: dict = {}
+        raw, n, _ = deb.catalogue_pairs(info, counts, skip_held_out=False)
         kept = clean_pairs(raw, counts)
         domain_raw.extend(Pair(d, e) for d, e, norm in kept if not norm)
         domain_records.append({"package": info["package"], "version": info["version"], "file": info["file"],
