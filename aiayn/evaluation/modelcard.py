@@ -80,10 +80,13 @@ def debian_data_lines(sheet: dict[str, Any], top: int = 12) -> list[str]:
     """
     ding = sheet.get("ding", {})
     sources = sheet.get("debian_sources", [])
-    train_pairs = lambda s: s.get("pairs_in_train", s.get("pairs_kept", 0))  # noqa: E731
+    def train_pairs(s: dict[str, Any]) -> int:
+        return s.get("pairs_in_train", s.get("pairs_kept", 0))
+
     by_licence: dict[str, int] = {}
     for s in sources:
-        by_licence[s.get("licence") or "not stated"] = by_licence.get(s.get("licence") or "not stated", 0) + train_pairs(s)
+        licence = s.get("licence") or "not stated"
+        by_licence[licence] = by_licence.get(licence, 0) + train_pairs(s)
     n_pairs = sum(train_pairs(s) for s in sources)
     lines = [f"- Corpus 1: Ding German-English dictionary (Debian `{ding.get('debian_package', 'trans-de-en')}` "
              f"{ding.get('version', 'n/a')}), sha256 `{ding.get('sha256', 'n/a')}`, **{ding.get('license', 'GPL-2.0-or-later')}**. "
