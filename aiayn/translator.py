@@ -92,6 +92,9 @@ class Translation:
         output_ids: ids of ``output_tokens`` (T,).
         nbest: ``(text, score)`` of the n best hypotheses, best first (empty when teacher-forced).
         elapsed_ms: wall time of the call, milliseconds (for a batch: the whole batch).
+        batch_size: how many sentences shared the beam search that made this one (1: decoded alone; more: a
+            :meth:`Translator.translate_batch`, e.g. sentences of several app sessions decoded together by
+            :class:`aiayn.serving.DecodeQueue`).
         mode: ``"free-running"`` (beam search, Section 6.1) or ``"teacher-forced"`` (:meth:`Translator.force`).
         reference: the cleaned reference fed to the decoder when teacher-forced, else None.
         next_pieces: top-k next pieces at every position (:class:`NextPieces`), filled by
@@ -121,6 +124,7 @@ class Translation:
     reference: str | None = None
     next_pieces: NextPieces | None = field(default=None, repr=False)
     next_pieces_note: str | None = None
+    batch_size: int = 1
 
     tgt_tokens = renamed_attribute("Translation", "tgt_tokens", "output_tokens")
     tgt_ids = renamed_attribute("Translation", "tgt_ids", "output_ids")
@@ -292,13 +296,14 @@ class Translator:
                 head_mask=head_mask,
             )
         elapsed = (time.perf_counter() - t0) * 1000.0
-        return [self._make(e, hyps, elapsed) for e, hyps in zip(encoded, results)]
+        return [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(encoded, results)]
 
     def translate(self, text: str, **kwargs: Any) -> Translation:
         """Translate one text; keyword arguments as :meth:`translate_batch`."""
         return self.translate_batch([text], **kwargs)[0]
 
-    def _make(self, encoded: tuple[list[int], bool, str], hyps: list[Hypothesis], elapsed: float) -> Translation:
+    def _make(self, encoded: tuple[list[int], bool, str], hyps: list[Hypothesis], elapsed: float,
+              batch_size: int = 1) -> Translation:
         src_ids, truncated, cleaned = encoded
         best = hyps[0]
         src_tokens = self.pieces(src_ids)
@@ -325,6 +330,7 @@ class Translator:
             output_ids=list(best.tokens),
             nbest=[(self.tokenizer.decode(h.tokens), h.score) for h in hyps],
             elapsed_ms=elapsed,
+            batch_size=batch_size,
         )
 
     def force(self, text: str, reference: str, *, return_scores: bool = False,

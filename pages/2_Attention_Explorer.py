@@ -108,7 +108,9 @@ if result.truncated:
 label = "Model output" if result.mode == "free-running" else "Teacher-forced reference"
 out_col, hint_col = st.columns([2, 3], vertical_alignment="center") if cleaned in by_sentence else (st.container(), None)
 out_col.markdown(f"**{label}:** {result.text or '∅'}  \n<small>source pieces: {len(result.src_tokens)} · "
-                 f"decoder positions: {len(result.output_tokens)} · {result.elapsed_ms:.0f} ms</small>",
+                 f"decoder positions: {len(result.output_tokens)} · {result.elapsed_ms:.0f} ms"
+                 + (f" (a batch of {result.batch_size} sentences from several visitors)" if result.batch_size > 1 else "")
+                 + "</small>",
                  unsafe_allow_html=True)
 if hint_col is not None:
     hint_col.info(f"**What to look for.** {by_sentence[cleaned][1]}", icon=":material/lightbulb:")

@@ -192,12 +192,12 @@ def test_explain_says_why_probabilities_are_missing(tiny_translator, monkeypatch
 
     from aiayn.analysis import explain
 
-    real = tiny_translator.translate
+    real = tiny_translator.translate_batch
 
-    def empty(text, **kw):
-        return replace(real(text, **kw), output_ids=[], output_tokens=[], decoder_input_tokens=[])
+    def empty(texts, **kw):
+        return [replace(t, output_ids=[], output_tokens=[], decoder_input_tokens=[]) for t in real(texts, **kw)]
 
-    monkeypatch.setattr(tiny_translator, "translate", empty)
+    monkeypatch.setattr(tiny_translator, "translate_batch", empty)
     e = explain(tiny_translator, "Good morning", beam_size=1, max_len=4)
     assert e.next_pieces is None and e.next_pieces_note == "the output is empty"
 

@@ -415,3 +415,34 @@ def test_a_visit_to_the_masking_page_keeps_the_explorers_layer_and_head(checkpoi
     at.run()
     assert not at.exception, at.exception
     assert at.segmented_control(key="head").value == "mean" and at.selectbox(key="layer").value == "1"
+
+
+def test_server_decodes_sessions_through_one_queue_per_model(tiny_checkpoints, monkeypatch):
+    """Every session's explained sentences go through one DecodeQueue per checkpoint (AIAYN_MAX_BATCH sets its
+    batch, 1 = never batch; a bad value is a clear ModelUnavailable on the page); explain_sentence uses it."""
+    import streamlit as st
+
+    from aiayn.app import models, results
+    from aiayn.serving import DEFAULT_MAX_BATCH
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    try:
+        monkeypatch.delenv(models.BATCH_ENV, raising=False)
+        st.cache_resource.clear()
+        q = models.decode_queue("en-de")
+        assert q.max_batch == DEFAULT_MAX_BATCH and q is models.decode_queue("en-de")
+        assert q.translator is models.load_translator("en-de") and q is not models.decode_queue("de-en")
+        st.cache_data.clear()
+        t = results.explain_sentence("en-de", "Good morning.")
+        assert q.stats.turns == 1 and q.stats.sentences == 1 and t.batch_size == 1
+        for bad in ("0", "many", "-3"):
+            monkeypatch.setenv(models.BATCH_ENV, bad)
+            st.cache_resource.clear()
+            with pytest.raises(models.ModelUnavailable, match=models.BATCH_ENV):
+                models.decode_queue("en-de")
+        monkeypatch.setenv(models.BATCH_ENV, "1")
+        st.cache_resource.clear()
+        assert models.decode_queue("de-en").max_batch == 1
+    finally:
+        st.cache_resource.clear()
+        st.cache_data.clear()

@@ -9,7 +9,8 @@ Modules, by job:
 * :mod:`~aiayn.analysis.views`: what a view shows: the ``(L, H, Q, K)`` maps of one kind of an
   :class:`~aiayn.model.maps.AttentionMaps`, with ``"i:fed→predicted"`` query labels;
 * :mod:`~aiayn.analysis.explain`: one sentence run through the model (free-running or teacher-forced)
-  into a :class:`~aiayn.translator.Translation` with maps and top-k next pieces;
+  into a :class:`~aiayn.translator.Translation` with maps and top-k next pieces (several at once:
+  :func:`~aiayn.analysis.explain.explain_batch`);
 * :mod:`~aiayn.analysis.flow`: attention rollout across layers (Abnar and Zuidema 2020), :func:`rollout`;
 * :mod:`~aiayn.analysis.compare`: two sentences' maps aligned (by position or pieces) and their difference;
 * :mod:`~aiayn.analysis.ablation`: head ablation (Michel et al. 2019): head masks, maps with heads removed and
@@ -25,7 +26,7 @@ Entropies are in **bits**. Layers and heads count from 0 in arrays and from 1 in
 from __future__ import annotations
 
 from .compare import ALIGN_BY, COMPARE_KINDS, AlignedMaps, align_maps
-from .explain import explain, forced_probs
+from .explain import explain, explain_batch, forced_probs, forced_probs_batch
 from .flow import ROLLOUT_KINDS, rollout, rollout_dict, rollout_frame
 from .pieces import (
     BOS_PIECES, EOS_PIECES, SPECIAL_PIECES, WORD_START, is_punctuation, is_special, join_pieces, merge_words,
@@ -37,7 +38,7 @@ from .views import kind_labels, kind_stack, pieces_view, query_labels, view_stac
 
 __all__ = [
     "BOS_PIECES", "EOS_PIECES", "MAX_CHARS", "SPECIAL_PIECES", "WORD_START", "check_text", "entropy", "explain",
-    "forced_probs", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
+    "explain_batch", "forced_probs", "forced_probs_batch", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
     "query_labels", "top_k", "unique_labels", "view_stack", "word_groups",
     "is_punctuation", "pieces_view", "words_text",
     "split_sentences", "unseen_script_share",

@@ -95,6 +95,53 @@ def _load_translator(path: str, stamp: str):  # noqa: ARG001 - stamp is part of 
     return Translator.load(path)
 
 
+#: environment variable: most sentences of different sessions decoded in one beam search (default 16, 1 = never
+#: batch; see :func:`serving_max_batch` and :class:`aiayn.serving.DecodeQueue`)
+BATCH_ENV = "AIAYN_MAX_BATCH"
+
+
+def serving_max_batch() -> int:
+    """Most sentences the server decodes together: ``$AIAYN_MAX_BATCH``, default
+    :data:`aiayn.serving.DEFAULT_MAX_BATCH` (16). 1 turns batching off: sessions still take turns, and every
+    result is bit for bit a lone translation's.
+
+    Raises:
+        ValueError: the variable is set to something other than a positive integer.
+    """
+    from ..serving import DEFAULT_MAX_BATCH
+
+    raw = os.environ.get(BATCH_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BATCH
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{BATCH_ENV} must be a positive integer (sentences decoded together), got {raw!r}")
+    return int(raw)
+
+
+@st.cache_resource(show_spinner=False, max_entries=6)
+def _decode_queue(path: str, stamp: str):
+    from ..serving import DecodeQueue
+
+    return DecodeQueue(_load_translator(path, stamp), max_batch=serving_max_batch())
+
+
+def decode_queue(direction: str):
+    """The :class:`~aiayn.serving.DecodeQueue` of ``direction``'s translator, one per process and checkpoint
+    stamp: every session's model work for the explained sentences goes through it (one job at a time, waiting
+    free-running sentences decoded together).
+
+    Raises:
+        ModelUnavailable: the checkpoint cannot be loaded, or ``$AIAYN_MAX_BATCH`` / ``$AIAYN_TORCH_THREADS``
+            is not a positive integer (the message says which).
+    """
+    load_translator(direction)  # the checks and messages of a missing or broken checkpoint
+    path = checkpoint_path(direction)
+    try:
+        return _decode_queue(str(path), checkpoint_stamp(path))
+    except ValueError as exc:
+        raise ModelUnavailable(str(exc)) from None
+
+
 def load_translator(direction: str):
     """The :class:`~aiayn.translator.Translator` of ``direction``, loaded once per process and checkpoint
     stamp (:func:`checkpoint_stamp`).

@@ -2,7 +2,8 @@
 
 The job of this module is caching the model's work for the app: :func:`explain_sentence` runs
 :func:`aiayn.analysis.explain` (beam search, Section 6.1, or a teacher-forced pass) for the translator of a
-direction and keeps the :class:`~aiayn.translator.Translation` in ``st.cache_data``, keyed by (direction,
+direction, through its :class:`~aiayn.serving.DecodeQueue` (one job at a time; sentences of several sessions
+waiting at the same moment are decoded together), and keeps the :class:`~aiayn.translator.Translation` in ``st.cache_data``, keyed by (direction,
 checkpoint path, checkpoint stamp, text, options, head mask), so a rerun, another page or another session
 showing the same sentence does not run the model again, and a re-exported checkpoint is not served stale results.
 A head mask (head ablation) enters the key as a tuple of tuples of floats; an all-ones mask is keyed as None
@@ -16,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import streamlit as st
 
-from ..analysis import explain
-from .models import checkpoint_path, checkpoint_stamp, load_translator
+from .models import checkpoint_path, checkpoint_stamp, decode_queue
 
 if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
     from ..translator import Translation
@@ -27,11 +27,12 @@ if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
 def _explained(direction: str, ckpt: str, stamp: str, text: str, reference: str | None,  # noqa: ARG001
                beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
                head_mask: tuple | None = None) -> "Translation":
-    """:func:`aiayn.analysis.explain` for the translator of ``direction``; ``ckpt`` and ``stamp`` are part of
-    the cache key only; ``head_mask`` is the hashable :func:`head_mask_key`."""
-    return explain(load_translator(direction), text, reference=reference, beam_size=beam_size,
-                   length_penalty=length_penalty, max_len=max_len, n_best=n_best,
-                   head_mask=None if head_mask is None else np.asarray(head_mask, dtype=np.float32))
+    """:func:`aiayn.analysis.explain` for the translator of ``direction``, in the turn of its
+    :func:`~aiayn.app.models.decode_queue` (sessions' sentences waiting at the same moment are decoded together);
+    ``ckpt`` and ``stamp`` are part of the cache key only; ``head_mask`` is the hashable :func:`head_mask_key`."""
+    return decode_queue(direction).explain(
+        text, reference=reference, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
+        n_best=n_best, head_mask=None if head_mask is None else np.asarray(head_mask, dtype=np.float32))
 
 
 def head_mask_key(head_mask: Any) -> tuple | None:
@@ -75,7 +76,9 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
 
     Returns:
         the :class:`~aiayn.translator.Translation` with ``attention`` (B=1, on the CPU), ``mode``,
-        ``reference`` and ``next_pieces``. Each call gets its own copy (``st.cache_data`` unpickles it).
+        ``reference``, ``next_pieces`` and ``batch_size`` (> 1: decoded together with other sessions' sentences;
+        equal to a lone translation up to float32 rounding, see :mod:`aiayn.serving`). Each call gets its own
+        copy (``st.cache_data`` unpickles it).
 
     Raises:
         ModelUnavailable: the checkpoint cannot be loaded.

@@ -1,0 +1,199 @@
+"""One model serving many sessions at once: :class:`DecodeQueue` runs the model's work one job at a time and
+decodes the free-running sentences that are waiting together, in one beam search (dynamic batching). Not a paper
+section: the serving job (issue 14, a class of 30 on one 2-core CPU server).
+
+**Why.** A Streamlit server runs each session's script in a thread of its own. Thirty beam searches side by side
+each give up and take back the GIL at every torch operation: on the 2-core CPU the server then spent a third of its
+CPU time in the kernel switching threads (3.3 of 9.6 CPU-s for 30 students) and a student cost 0.32 server
+CPU-s against 0.14 alone. Run one at a time, the model stops fighting itself; decoding the waiting sentences in one
+batch costs 24-25 ms of CPU per sentence instead of 87 (beam 4, batches of 8 to 30, one torch thread; measured
+with the shipped en-de checkpoint).
+
+**How (leader and followers; no thread of its own).** A caller appends its job to the queue. If no job is
+running, the caller takes the turn and runs the oldest waiting job together with every other waiting job that can
+share its batch (free-running, same decoding options, no head mask), up to ``max_batch``; otherwise it waits. When
+its batch is done, the runner hands each job its result and passes the turn to the oldest job still waiting. A
+caller that finds the queue idle never waits for anyone and gets what a lone :func:`aiayn.analysis.explain`
+returns, bit for bit (a batch of one). In a batch, sources are padded, so maps and scores differ from a lone call
+by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts and n-best lists are the same;
+``tests/test_serving.py`` holds a batch to 1e-5); ``Translation.batch_size`` says how many sentences shared the
+beam search and ``elapsed_ms`` is that batch's wall time.
+
+A batch that fails (one bad sentence) is run again one job at a time, so each caller gets its own result or its own
+error. Nothing is stored between calls except the counters of :attr:`DecodeQueue.stats`.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from .analysis.explain import explain, explain_batch
+
+if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
+    from .translator import Translation, Translator
+
+#: the default largest batch: beyond 16 sentences (64 hypotheses at beam 4) a CPU batch gets no cheaper per sentence
+DEFAULT_MAX_BATCH = 16
+
+
+@dataclass
+class _Job:
+    """One caller's work: a batchable sentence (``key`` not None: the decoding options) or a callable ``fn``."""
+
+    key: tuple | None
+    text: str | None = None
+    fn: Callable[[], Any] | None = None
+    event: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    lead: bool = False  # handed the turn while waiting
+    result: Any = None
+    error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error, self.done = result, error, True
+        self.event.set()
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@dataclass
+class QueueStats:
+    """Counters of a :class:`DecodeQueue` since it was made: ``turns`` (batches and single jobs run),
+    ``sentences`` (batchable sentences decoded), ``largest_batch`` and ``batched`` (sentences that shared a beam
+    search with at least one other)."""
+
+    turns: int = 0
+    sentences: int = 0
+    largest_batch: int = 0
+    batched: int = 0
+
+
+class DecodeQueue:
+    """The model's work for many callers (threads), one job at a time, free-running sentences batched.
+
+    Args:
+        translator: the :class:`~aiayn.translator.Translator` every job uses.
+        max_batch: most sentences in one beam search (``>= 1``; 1 = never batch, still one job at a time).
+
+    Raises:
+        ValueError: ``max_batch`` is not a positive integer.
+    """
+
+    def __init__(self, translator: "Translator", *, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.translator = translator
+        self.max_batch = max_batch
+        self._lock = threading.Lock()
+        self._waiting: deque[_Job] = deque()
+        self._busy = False
+        self._stats = QueueStats()
+
+    @property
+    def stats(self) -> QueueStats:
+        """A copy of the counters (:class:`QueueStats`)."""
+        with self._lock:
+            return QueueStats(**vars(self._stats))
+
+    def explain(self, text: str, *, reference: str | None = None, beam_size: int = 4, length_penalty: float = 0.6,
+                max_len: int | None = None, n_best: int = 4, k: int = 10, head_mask: Any = None) -> "Translation":
+        """:func:`aiayn.analysis.explain` of ``text`` (same arguments, same result up to float32 rounding when
+        batched: see the module's docstring), in its turn. Free-running sentences without a head mask are decoded
+        together with the other such sentences waiting with the same options; teacher-forced or ablated ones run
+        alone.
+
+        Raises:
+            ValueError: as :func:`aiayn.analysis.explain` (empty text or reference, bad beam settings, bad mask).
+        """
+        if reference is None and head_mask is None:
+            key = (int(beam_size), float(length_penalty), None if max_len is None else int(max_len), int(n_best),
+                   int(k))
+            return self._submit(_Job(key=key, text=text))
+        return self.run(explain, self.translator, text, reference=reference, beam_size=beam_size,
+                        length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k, head_mask=head_mask)
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in its turn (no other job of this queue runs meanwhile); returns its result or
+        raises its exception."""
+        return self._submit(_Job(key=None, fn=lambda: fn(*args, **kwargs)))
+
+    # -- the turn -------------------------------------------------------------------------------------------------
+    def _submit(self, job: _Job) -> Any:
+        with self._lock:
+            self._waiting.append(job)
+            lead = not self._busy
+            self._busy = True
+        if not lead:
+            job.event.wait()
+            if job.done:
+                return job.outcome()
+            # handed the turn: job.lead is set and the job is the oldest waiting one
+        try:
+            while not job.done:
+                with self._lock:
+                    batch = self._take()
+                self._execute(batch)
+        finally:
+            self._pass_turn()
+        return job.outcome()
+
+    def _take(self) -> list[_Job]:
+        """The oldest waiting job and, if it is batchable, every waiting job with its key (up to ``max_batch``),
+        removed from the queue. Called with the lock held."""
+        first = self._waiting.popleft()
+        batch = [first]
+        if first.key is not None and self.max_batch > 1:
+            rest = deque()
+            while self._waiting:
+                j = self._waiting.popleft()
+                (batch if j.key == first.key and len(batch) < self.max_batch else rest).append(j)
+            self._waiting = rest
+        return batch
+
+    def _pass_turn(self) -> None:
+        with self._lock:
+            if self._waiting:
+                nxt = self._waiting[0]
+                nxt.lead = True
+                nxt.event.set()
+            else:
+                self._busy = False
+
+    def _execute(self, batch: list[_Job]) -> None:
+        """Run ``batch`` and finish every job in it (never raises: errors go to their jobs)."""
+        first = batch[0]
+        if first.key is None:
+            self._count(0)
+            try:
+                first.finish(result=first.fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised in its thread
+                first.finish(error=exc)
+            return
+        beam_size, length_penalty, max_len, n_best, k = first.key
+        try:
+            results = explain_batch(self.translator, [j.text for j in batch], beam_size=beam_size,
+                                    length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k)
+        except BaseException as exc:  # noqa: BLE001 - one bad sentence: each job alone, with its own outcome
+            if len(batch) == 1:
+                self._count(1)
+                first.finish(error=exc)
+                return
+            for j in batch:
+                self._execute([j])
+            return
+        self._count(len(batch))
+        for j, r in zip(batch, results):
+            j.finish(result=r)
+
+    def _count(self, sentences: int) -> None:
+        with self._lock:
+            s = self._stats
+            s.turns += 1
+            s.sentences += sentences
+            s.largest_batch = max(s.largest_batch, sentences)
+            s.batched += sentences if sentences > 1 else 0

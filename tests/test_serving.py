@@ -1,0 +1,222 @@
+"""aiayn.serving.DecodeQueue: one job at a time, waiting free-running sentences decoded together, each caller its
+own result or error; and aiayn.analysis.explain_batch, the batched path, against lone explain() calls.
+
+The batch-equality tests use the shipped en-de checkpoint (a trained model: a random one ranks near-ties by noise);
+the queue's mechanics use a stand-in for explain_batch that records each batch, and one test runs real threads on the
+shipped model."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from aiayn import serving
+from aiayn.analysis import explain, explain_batch
+from aiayn.serving import DecodeQueue
+from aiayn.translator import CHECKPOINTS_DIR
+
+SENTENCES = ["The cat sleeps on the sofa.", "Where is the nearest station?", "I would like a cup of coffee.",
+             "My brother plays football every Sunday.", "Good morning."]
+ATOL = 1e-5  # float32 rounding of a padded batch (measured: at most 2e-6 on the maps)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from aiayn import Translator
+
+    d = CHECKPOINTS_DIR / "en-de"
+    if not d.is_dir():
+        pytest.skip(f"shipped checkpoint {d} does not exist")
+    return Translator.load(d, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def lone(shipped):
+    return {s: explain(shipped, s) for s in SENTENCES}
+
+
+def assert_same_up_to_rounding(a, b, *, exact: bool = False):
+    """Everything the app shows of two explained sentences: equal texts, pieces and n-best texts; scores, maps and
+    next-piece probabilities equal (exactly, or to ATOL)."""
+    assert a.text == b.text and a.src_tokens == b.src_tokens and a.output_tokens == b.output_tokens
+    assert [t for t, _ in a.nbest] == [t for t, _ in b.nbest]
+    close = (lambda x, y: np.array_equal(x, y)) if exact else (lambda x, y: np.allclose(x, y, atol=ATOL, rtol=0))
+    assert close(np.array([s for _, s in a.nbest]), np.array([s for _, s in b.nbest]))
+    for kind in ("encoder", "decoder", "cross"):
+        x, y = a.attention.get(kind).numpy(), b.attention.get(kind).numpy()
+        assert x.shape == y.shape and close(x, y), kind
+    assert a.next_pieces.pieces == b.next_pieces.pieces
+    assert close(a.next_pieces.probs, b.next_pieces.probs) and close(a.next_pieces.chosen_prob, b.next_pieces.chosen_prob)
+
+
+# -- explain_batch ---------------------------------------------------------------------------------------------------
+def test_explain_batch_of_one_is_explain_bit_for_bit(shipped, lone):
+    [one] = explain_batch(shipped, [SENTENCES[3]])
+    assert one.batch_size == 1
+    assert_same_up_to_rounding(one, lone[SENTENCES[3]], exact=True)
+
+
+def test_explain_batch_equals_lone_calls_up_to_float_rounding(shipped, lone):
+    out = explain_batch(shipped, SENTENCES)
+    assert [t.source for t in out] == SENTENCES
+    assert {t.batch_size for t in out} == {len(SENTENCES)}
+    for t in out:
+        assert_same_up_to_rounding(t, lone[t.source])
+    # the sources differ in length, so the batch really was padded (not a trivially identical computation)
+    assert len({len(t.src_tokens) for t in out}) > 1
+
+
+def test_explain_batch_names_the_bad_text(shipped):
+    with pytest.raises(ValueError, match="text 1"):
+        explain_batch(shipped, ["Good morning.", "   "])
+
+
+# -- the queue's mechanics (a stand-in records the batches) ----------------------------------------------------------
+class Recorder:
+    """Stands in for explain_batch: records each batch's texts and options, can hold a batch until released, and
+    fails a batch that holds the text "bad"."""
+
+    def __init__(self):
+        self.batches: list[tuple[list[str], dict]] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.started = threading.Event()
+
+    def __call__(self, tr, texts, **opts):
+        self.batches.append((list(texts), opts))
+        self.started.set()
+        assert self.release.wait(10)
+        if "bad" in texts:
+            raise ValueError(f"text {texts.index('bad')}: bad sentence")
+        return [f"{t}|{opts['beam_size']}|{len(texts)}" for t in texts]
+
+
+@pytest.fixture()
+def recorder(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(serving, "explain_batch", rec)
+    return rec
+
+
+def _in_threads(calls):
+    """Run each zero-argument callable in its own thread (started in order, 20 ms apart); returns their outcomes
+    (result or exception) in order."""
+    out: list = [None] * len(calls)
+
+    def go(i, f):
+        try:
+            out[i] = f()
+        except Exception as exc:  # noqa: BLE001 - compared by the test
+            out[i] = exc
+
+    threads = [threading.Thread(target=go, args=(i, f)) for i, f in enumerate(calls)]
+    for t in threads:
+        t.start()
+        time.sleep(0.02)
+    for t in threads:
+        t.join(20)
+        assert not t.is_alive()
+    return out
+
+
+def test_a_lone_caller_runs_alone_and_at_once(recorder):
+    q = DecodeQueue(object())
+    assert q.explain("alone") == "alone|4|1"
+    assert recorder.batches == [(["alone"], dict(beam_size=4, length_penalty=0.6, max_len=None, n_best=4, k=10))]
+    assert q.stats.turns == 1 and q.stats.batched == 0
+
+
+def test_callers_waiting_behind_a_turn_are_decoded_together(recorder):
+    q = DecodeQueue(object())
+    recorder.release.clear()
+    texts = [f"s{i}" for i in range(6)]
+    holder = threading.Thread(target=lambda: q.explain("first"))
+    holder.start()
+    assert recorder.started.wait(5)
+    threading.Timer(0.3, recorder.release.set).start()  # the other five queue up meanwhile
+    out = _in_threads([lambda t=t: q.explain(t) for t in texts[1:]])
+    holder.join(5)
+    assert out == [f"{t}|4|5" for t in texts[1:]]
+    assert [b for b, _ in recorder.batches] == [["first"], texts[1:]]
+    assert q.stats.largest_batch == 5 and q.stats.batched == 5 and q.stats.sentences == 6
+
+
+def test_different_options_are_not_batched_and_max_batch_holds(recorder):
+    q = DecodeQueue(object(), max_batch=2)
+    recorder.release.clear()
+    holder = threading.Thread(target=lambda: q.explain("first"))
+    holder.start()
+    assert recorder.started.wait(5)
+    threading.Timer(0.3, recorder.release.set).start()
+    calls = [lambda: q.explain("a"), lambda: q.explain("g", beam_size=1), lambda: q.explain("b"),
+             lambda: q.explain("c"), lambda: q.explain("h", beam_size=1)]
+    out = _in_threads(calls)
+    holder.join(5)
+    batches = [b for b, _ in recorder.batches]
+    # oldest first; a batch takes the waiting jobs with the oldest one's options, at most max_batch of them
+    assert batches == [["first"], ["a", "b"], ["g", "h"], ["c"]]
+    assert out == ["a|4|2", "g|1|2", "b|4|2", "c|4|1", "h|1|2"]
+
+
+def test_a_failing_sentence_fails_only_its_caller(recorder):
+    q = DecodeQueue(object())
+    recorder.release.clear()
+    holder = threading.Thread(target=lambda: q.explain("first"))
+    holder.start()
+    assert recorder.started.wait(5)
+    threading.Timer(0.3, recorder.release.set).start()
+    out = _in_threads([lambda: q.explain("x"), lambda: q.explain("bad"), lambda: q.explain("y")])
+    holder.join(5)
+    assert out[0] == "x|4|1" and out[2] == "y|4|1"  # the failed batch of three was run again one at a time
+    assert isinstance(out[1], ValueError) and "bad sentence" in str(out[1])
+    assert q.explain("after") == "after|4|1"  # the queue is not left busy
+
+
+def test_run_is_exclusive_and_passes_errors_to_its_caller(recorder):
+    q = DecodeQueue(object())
+    inside = []
+
+    def job(n):
+        inside.append(n)
+        assert len(inside) == 1, "two jobs ran at once"
+        time.sleep(0.05)
+        inside.pop()
+        if n == 2:
+            raise KeyError("mine")
+        return n
+
+    out = _in_threads([lambda n=n: q.run(job, n) for n in range(4)])
+    assert out[0] == 0 and out[1] == 1 and out[3] == 3 and isinstance(out[2], KeyError)
+    assert q.stats.turns == 4
+
+
+def test_teacher_forced_and_ablated_requests_run_alone(recorder, monkeypatch):
+    seen = []
+    monkeypatch.setattr(serving, "explain", lambda tr, text, **kw: seen.append((text, kw["reference"])) or text)
+    q = DecodeQueue(object())
+    assert q.explain("s", reference="r") == "s"
+    assert q.explain("t", head_mask=np.ones((3, 1, 1))) == "t"
+    assert seen == [("s", "r"), ("t", None)] and recorder.batches == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4"])
+def test_max_batch_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="max_batch"):
+        DecodeQueue(object(), max_batch=bad)
+
+
+# -- real threads on the shipped model -------------------------------------------------------------------------------
+def test_concurrent_callers_get_their_lone_results(shipped, lone):
+    q = DecodeQueue(shipped)
+    gate = threading.Event()
+    holder = threading.Thread(target=lambda: q.run(gate.wait, 10))  # holds the turn while the callers arrive
+    holder.start()
+    threading.Timer(0.4, gate.set).start()
+    out = _in_threads([lambda s=s: q.explain(s) for s in SENTENCES])
+    holder.join(10)
+    assert q.stats.largest_batch == len(SENTENCES)
+    for s, t in zip(SENTENCES, out):
+        assert t.source == s and t.batch_size == len(SENTENCES)
+        assert_same_up_to_rounding(t, lone[s])
