@@ -92,15 +92,18 @@ def heatmap_figure(trace: go.Heatmap, shape: tuple[int, ...], *, title: str = ""
         shape: ``(Q, K)`` of that array.
         title, x_title, y_title: plain text (escaped here, :func:`plotly_safe`).
     """
-    fig = go.Figure(trace)
     cell = 28 if max(shape, default=0) <= 25 else 18
-    fig.update_layout(
-        title=dict(text=plotly_safe(title)) if title else None,
+    layout = dict(
         xaxis=dict(title=plotly_safe(x_title), type="category", tickangle=-60, side="bottom"),
         yaxis=dict(title=plotly_safe(y_title), type="category", autorange="reversed"),
         height=height or int(min(1100, max(380, 160 + cell * shape[0]))),
         margin=dict(l=10, r=10, t=60 if title else 20, b=10),
     )
+    if title:
+        layout["title"] = dict(text=plotly_safe(title))
+    # the layout goes into the constructor: update_layout() of the same nested dicts costs 3-4 times more (plotly
+    # dispatches every property path as a relayout; 5.5 vs 1.8 ms per heatmap on the 2-core CPU, issue 14)
+    fig = go.Figure(data=[trace], layout=layout)
     use_template(fig, template)
     return fig
 
