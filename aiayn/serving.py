@@ -92,6 +92,7 @@ class DecodeQueue:
         self._lock = threading.Lock()
         self._waiting: deque[_Job] = deque()
         self._busy = False
+        self._runner: int | None = None  # thread id of the caller holding the turn
         self._stats = QueueStats()
 
     @property
@@ -119,11 +120,14 @@ class DecodeQueue:
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` in its turn (no other job of this queue runs meanwhile); returns its result or
-        raises its exception."""
+        raises its exception. ``fn`` may itself use this queue (its jobs then run at once, in the same turn)."""
         return self._submit(_Job(key=None, fn=lambda: fn(*args, **kwargs)))
 
     # -- the turn -------------------------------------------------------------------------------------------------
     def _submit(self, job: _Job) -> Any:
+        if self._runner == threading.get_ident():  # a job of this queue asking for more: it already has the turn
+            self._execute([job])
+            return job.outcome()
         with self._lock:
             self._waiting.append(job)
             lead = not self._busy
@@ -133,12 +137,14 @@ class DecodeQueue:
             if job.done:
                 return job.outcome()
             # handed the turn: job.lead is set and the job is the oldest waiting one
+        self._runner = threading.get_ident()
         try:
             while not job.done:
                 with self._lock:
                     batch = self._take()
                 self._execute(batch)
         finally:
+            self._runner = None
             self._pass_turn()
         return job.outcome()
 

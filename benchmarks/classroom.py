@@ -15,7 +15,11 @@ from navigation to the translation text and the heatmap being painted (two anima
 **Content check.** Every output must be what a lone student gets: the translation text must equal the text of
 ``Translator.translate(sentence, beam_size=4, length_penalty=0.6, n_best=4)`` computed in this process (an
 independent path: no Streamlit, no cache, no batching), and the heatmap's values must equal one of that lone
-translation's cross-attention maps (a layer's head or head mean, ``atol`` 1e-5).
+translation's cross-attention maps (a layer's head or head mean, ``atol`` 1e-5): the server decodes the sentences
+of students who arrive together in one batch (:class:`aiayn.serving.DecodeQueue`), which differs from a lone call by
+float32 rounding only (at most 2e-6 measured; ``AIAYN_MAX_BATCH=1`` in the environment turns batching off). The
+explorer says when its sentence shared a batch; the sizes are kept in each row's ``detail["explorer_batches"]`` and
+the server's ``AIAYN_MAX_BATCH`` / ``AIAYN_TORCH_THREADS`` in the JSON ``info``.
 
 **Server cost.** CPU-seconds of the server process (``/proc/PID/stat`` utime + stime, all threads) over each level
 divided by N, and its peak resident memory (``VmHWM`` of ``/proc/PID/status``; a high-water mark, so it only grows
@@ -37,6 +41,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -72,6 +77,10 @@ SENTENCES = (
     "I have a question about the price.", "The hotel is near the beach.", "The company sells old furniture.",
 )
 WARMUP = {"translate": "Good morning, everyone.", "explorer": "Thank you very much."}
+#: what the explorer writes under the model output when the server decoded the sentence in a batch (aiayn.serving)
+BATCH_NOTE = re.compile(r"a batch of (\d+) sentences")
+#: the server's settings that change its capacity (aiayn.app.models), recorded with the results
+SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS")
 
 
 # -- one student over the WebSocket ---------------------------------------------------------------------------
@@ -159,6 +168,8 @@ async def student(port: int, page: str, text: str, timeout: float) -> dict[str, 
                     runs += 1
                     if maps and any(t.strip() for t in texts):
                         res.update(seconds=time.perf_counter() - t0, texts=texts, heatmaps=maps, runs=runs)
+                        shared = [int(m.group(1)) for t in texts for m in [BATCH_NOTE.search(t)] if m]
+                        res["batch"] = max(shared, default=1)  # the explorer says when it was decoded in a batch
                         return res
                     errors = [t for t in texts if t.startswith("EXCEPTION: ")]
                     if errors:
@@ -389,7 +400,8 @@ def run(ctx) -> list:
         res = run_levels(levels=levels, checkpoint=checkpoint, chromium=chromium, quick=ctx.quick, log=ctx.log)
     except Exception as exc:  # noqa: BLE001 - a broken app must not lose the other groups
         return [na(top, "classroom", "cpu", name, "s", f"{type(exc).__name__}: {str(exc)[:200]}")]
-    ctx.info["classroom"] = {"checkpoint": str(checkpoint), "warmup": res["warmup"]}
+    ctx.info["classroom"] = {"checkpoint": str(checkpoint), "warmup": res["warmup"],
+                             "server_env": {k: os.environ.get(k, "(default)") for k in SERVER_ENV}}
     rows = rows_of(res)
     failed = [f"{w['page']}: {w['error']}" for w in res["warmup"] if w["error"]]
     if failed:  # say it on every row: the first level then also paid for the warm-up
@@ -423,7 +435,8 @@ def rows_of(res: dict[str, Any]) -> list:
             st = Stats.of(ok)
             wrong = [s for s in mine if s["wrong"]]
             note = f"{len(ok)}/{len(mine)} protocol students answered and right"
-            detail = {"samples_s": ok, "wrong": [s["wrong"] for s in wrong][:5], "students": len(mine)}
+            detail = {"samples_s": ok, "wrong": [s["wrong"] for s in wrong][:5], "students": len(mine),
+                      "explorer_batches": sorted(s.get("batch", 1) for s in mine if s["page"] == "explorer")}
             if wrong:
                 detail["target_caveat"] = f"{len(wrong)} of {len(mine)} wrong or unanswered"
             rows.append(Row(f"{base}.{page}.p50", "classroom", "cpu", f"classroom {n} students, {label}, p50", st.median, "s", note, detail))

@@ -192,6 +192,12 @@ def test_run_is_exclusive_and_passes_errors_to_its_caller(recorder):
     assert q.stats.turns == 4
 
 
+def test_a_job_may_use_its_own_queue(recorder):
+    q = DecodeQueue(object())
+    assert q.run(lambda: q.explain("inner") + "/" + q.run(lambda: "nested")) == "inner|4|1/nested"
+    assert q.explain("after") == "after|4|1"
+
+
 def test_teacher_forced_and_ablated_requests_run_alone(recorder, monkeypatch):
     seen = []
     monkeypatch.setattr(serving, "explain", lambda tr, text, **kw: seen.append((text, kw["reference"])) or text)
