@@ -95,14 +95,14 @@ def _load_translator(path: str, stamp: str):  # noqa: ARG001 - stamp is part of 
     return Translator.load(path)
 
 
-#: environment variable: most sentences of different sessions decoded in one beam search (default 16, 1 = never
+#: environment variable: most sentences of different sessions decoded in one beam search (default 32, 1 = never
 #: batch; see :func:`serving_max_batch` and :class:`aiayn.serving.DecodeQueue`)
 BATCH_ENV = "AIAYN_MAX_BATCH"
 
 
 def serving_max_batch() -> int:
     """Most sentences the server decodes together: ``$AIAYN_MAX_BATCH``, default
-    :data:`aiayn.serving.DEFAULT_MAX_BATCH` (16). 1 turns batching off: sessions still take turns, and every
+    :data:`aiayn.serving.DEFAULT_MAX_BATCH` (32). 1 turns batching off: sessions still take turns, and every
     result is bit for bit a lone translation's.
 
     Raises:
