@@ -3,7 +3,10 @@
 Beam search follows the paper's setting: beam size 4, length penalty alpha = 0.6 in the form of Wu et al.
 (2016, GNMT), ``lp(Y) = ((5 + |Y|) / 6) ** alpha``, hypotheses ranked by ``log P(Y|X) / lp(Y)``, maximum
 output length = input length + 50, stopping early when possible (a sentence is done once it has
-``beam_size`` finished hypotheses, as in fairseq).
+``beam_size`` finished hypotheses, as in fairseq). In a batch, a sentence that is done leaves it: its rows are
+dropped, so the remaining steps cost only what the unfinished sentences need (28 sentences, beam 4, on the 2-core
+CPU: 0.63 -> 0.44 CPU-s). Rows of one sentence never mix with another's, so this changes no hypothesis; the other
+sentences' numbers move by float32 rounding only (other matrix shapes), as any batching does.
 
 With ``use_cache=True`` each step feeds only the newest token: decoder self-attention keys/values of
 earlier positions are kept in a :class:`~aiayn.model.transformer.DecoderCache` and encoder keys/values for the
@@ -227,10 +230,9 @@ def beam_search(
     head_mask = model.check_head_mask(head_mask)
     enc0 = model.encode(src, need_weights=return_attention, head_mask=head_mask)
     expand = torch.arange(B, device=device).repeat_interleave(K)
-    enc = enc0.index_select(expand)
+    enc = EncoderOutput(enc0.memory, enc0.src_mask).index_select(expand)  # the maps stay on enc0, for stitching
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
-    N = B * K
-    tokens = torch.full((N, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
+    tokens = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
     scores[:, 0] = 0.0  # all K rows start identical: expand only the first
     cache = model.init_cache(enc) if use_cache else None
@@ -238,31 +240,33 @@ def beam_search(
     # finished[b]: list of (score, log_prob, tokens, finished, step, row)
     finished: list[list[tuple]] = [[] for _ in range(B)]
     done = [False] * B
-    history: list[list[int]] = [[] for _ in range(N)]
+    # Sentences still decoding, in row order: active[i] owns rows i*K .. i*K + K - 1 of this step. A finished
+    # sentence leaves the batch (its rows are dropped), so a batch stops paying for sentences that are done.
+    active = list(range(B))
+    history: list[list[int]] = [[] for _ in range(B * K)]
     for t in range(max(limits)):
         logp, out = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
-        V = logp.size(-1)
-        cand = (scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(B, K, V)).view(B, K * V)
+        A, V = len(active), logp.size(-1)
+        N = A * K
+        cand = (scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(A, K, V)).view(A, K * V)
         top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)
         top_scores = top_scores.double().cpu()
         top_idx = top_idx.cpu()
-        new_rows = torch.arange(N)  # default: keep row in place (for done sentences)
+        new_rows = torch.arange(N)
         new_tok = torch.full((N,), cfg.eos_id, dtype=torch.long)
-        new_scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
+        new_scores = torch.full((A, K), float("-inf"), dtype=torch.float64)
         new_history: list[list[int]] = [h for h in history]
-        for b in range(B):
-            if done[b]:
-                continue
+        for i, b in enumerate(active):
             last = t + 1 >= limits[b]
             alive = 0
             for rank in range(top_idx.size(1)):
-                s = float(top_scores[b, rank])
+                s = float(top_scores[i, rank])
                 if s == float("-inf"):
                     break
-                k, w = divmod(int(top_idx[b, rank]), V)
-                row = b * K + k
+                k, w = divmod(int(top_idx[i, rank]), V)
+                row = i * K + k
                 toks = history[row] + [w]
                 if w == cfg.eos_id:
                     if rank < K:  # as in fairseq: only EOS among the top K candidates ends a hypothesis
@@ -273,26 +277,35 @@ def beam_search(
                     if len([f for f in finished[b] if not f[3]]) >= K:
                         break
                     continue
-                j = b * K + alive
+                j = i * K + alive
                 new_rows[j] = row
                 new_tok[j] = w
-                new_scores[b, alive] = s
+                new_scores[i, alive] = s
                 new_history[j] = toks
                 alive += 1
                 if alive == K:
                     break
             if len(finished[b]) >= K or last or alive == 0:
                 done[b] = True
-        if trace is not None:
-            trace.origins.append(new_rows.clone())
-        if all(done):
+        keep = [i for i, b in enumerate(active) if not done[b]]
+        if not keep:
             break
+        compact = len(keep) < A
+        if compact:  # drop the rows of the sentences that are done
+            rows = torch.tensor([i * K + k for i in keep for k in range(K)])
+            new_rows, new_tok, new_scores = new_rows[rows], new_tok[rows], new_scores[keep]
+            new_history = [new_history[j] for j in rows.tolist()]
+            active = [active[i] for i in keep]
+        if trace is not None:
+            trace.origins.append(new_rows.clone())  # row of step t that each row of step t + 1 came from
         history = new_history
         scores = new_scores
         idx = new_rows.to(device)
         tokens = torch.cat([tokens.index_select(0, idx), new_tok.to(device)[:, None]], dim=1)
+        if compact:
+            enc = enc.index_select(idx)
         if use_cache:
-            cache = out.cache.index_select(idx, cross=False)
+            cache = out.cache.index_select(idx, cross=compact)
     results: list[list[Hypothesis]] = []
     for b in range(B):
         ranked = sorted(finished[b], key=lambda f: -f[0])[:n_best]
