@@ -226,3 +226,23 @@ def test_concurrent_callers_get_their_lone_results(shipped, lone):
     for s, t in zip(SENTENCES, out):
         assert t.source == s and t.batch_size == len(SENTENCES)
         assert_same_up_to_rounding(t, lone[s])
+
+
+# -- the pages say when a sentence shared a batch ------------------------------------------------------------------
+@pytest.mark.parametrize("shared", [1, 3])
+def test_pages_say_when_a_sentence_was_decoded_in_a_batch(checkpoints, monkeypatch, shared):
+    from dataclasses import replace
+
+    from app_pages import open_page
+
+    real = serving.explain_batch
+    monkeypatch.setattr(serving, "explain_batch",
+                        lambda tr, texts, **kw: [replace(t, batch_size=shared) for t in real(tr, texts, **kw)])
+    at = open_page("pages/1_Translate.py", {"text": "Good morning."})
+    assert not at.exception
+    [time_metric] = [m for m in at.metric if m.label == "Time"]
+    assert (f"({shared} in all)" in time_metric.proto.help) == (shared > 1)
+    at = open_page("pages/2_Attention_Explorer.py", {"text": "Good evening."})
+    assert not at.exception
+    said = [m.value for m in at.markdown if "decoder positions" in m.value]
+    assert len(said) == 1 and (f"a batch of {shared} sentences" in said[0]) == (shared > 1)
