@@ -22,15 +22,16 @@ DEFAULT_SENTENCE = {"en": "I like to read books in the garden.", "de": "Ich lese
 
 
 @st.cache_data(max_entries=32, show_spinner="Translating…")
-def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr) -> dict:  # noqa: ARG001 - cache keys
-    """Source ids/pieces, decoder input and target ids/pieces: the model's translation, or the reference."""
+def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr, _queue) -> dict:  # noqa: ARG001 - cache keys
+    """Source ids/pieces, decoder input and target ids/pieces: the model's translation, or the reference. The
+    model's work here and below runs in the turn of the server's decode queue (aiayn.serving), as every page's does."""
     src_ids, _, _ = _tr.encode_source(text)
     cfg = _tr.cfg
     if reference.strip():
         tgt_ids = _tr.tokenizer.encode(" ".join(reference.split()))[: cfg.max_len - 2] + [cfg.eos_id]
         mode = "your reference"
     else:
-        tgt_ids = list(_tr.translate(text, beam_size=4, return_attention=False).output_ids)
+        tgt_ids = list(_queue.run(_tr.translate, text, beam_size=4, return_attention=False).output_ids)
         mode = "the model's translation (beam 4)"
     dec_in = [cfg.decoder_start_id] + tgt_ids[:-1]
     return {"src_ids": src_ids, "src_pieces": _tr.pieces(src_ids), "dec_in": dec_in, "dec_in_pieces": _tr.pieces(dec_in),
@@ -38,19 +39,20 @@ def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr) -> 
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def steps_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, layer: int, head: int, pieces: tuple, _model):  # noqa: ARG001
-    return lessons.decoder_mask_steps(_model, list(src), list(dec_in), layer, head, labs.token_labels(pieces))
+def steps_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, layer: int, head: int, pieces: tuple, _model,  # noqa: ARG001
+              _queue):
+    return _queue.run(lessons.decoder_mask_steps, _model, list(src), list(dec_in), layer, head, labs.token_labels(pieces))
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the decoder without its mask…")
-def leak_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, target: tuple, _model):  # noqa: ARG001
-    return lessons.causal_leak(_model, list(src), list(dec_in), list(target))
+def leak_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, target: tuple, _model, _queue):  # noqa: ARG001
+    return _queue.run(lessons.causal_leak, _model, list(src), list(dec_in), list(target))
 
 
 @st.cache_data(max_entries=32, show_spinner="Greedy decoding with and without the mask…")
-def greedy_pair(checkpoint: str, model_id: int, src: tuple, _tr) -> tuple[str, str, list[str], list[str]]:  # noqa: ARG001
-    a = lessons.greedy_with_self_mask(_tr.model, list(src), causal=True)
-    b = lessons.greedy_with_self_mask(_tr.model, list(src), causal=False)
+def greedy_pair(checkpoint: str, model_id: int, src: tuple, _tr, _queue) -> tuple[str, str, list[str], list[str]]:  # noqa: ARG001
+    a = _queue.run(lessons.greedy_with_self_mask, _tr.model, list(src), causal=True)
+    b = _queue.run(lessons.greedy_with_self_mask, _tr.model, list(src), causal=False)
     return _tr.tokenizer.decode(a), _tr.tokenizer.decode(b), _tr.pieces(a), _tr.pieces(b)
 
 
@@ -60,6 +62,7 @@ ctx = ui.setup_page("Masking", icon=":material/visibility_off:", intro=(
     "predictions for position i can depend only on the known outputs at positions less than i\". Masked scores "
     "are set to −∞ before the softmax, so they get weight exactly 0."))
 tr = ctx.translator
+queue = ui.decode_queue(ctx.direction)
 cfg = tr.cfg
 key_id = (str(ctx.checkpoint), id(tr.model))
 
@@ -121,13 +124,13 @@ if not text or not text.strip():
     st.error("Type a source sentence to run the model on.", icon=":material/edit:")
     st.stop()
 try:
-    pair = pair_for(*key_id, text, reference or "", tr)
+    pair = pair_for(*key_id, text, reference or "", tr, queue)
 except ValueError as exc:
     st.error(str(exc), icon=":material/block:")
     st.stop()
 st.markdown(f"Teacher-forced pass: the decoder is fed **{pair['mode']}**, "
             f"`{' '.join(pair['dec_in_pieces'])}`, and predicts `{' '.join(pair['target_pieces'])}`.")
-steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), li, hi, tuple(pair["dec_in_pieces"]), tr.model)
+steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), li, hi, tuple(pair["dec_in_pieces"]), tr.model, queue)
 lab = labs.token_labels(pair["dec_in_pieces"])
 lim = float(np.abs(steps.raw).max()) or 1.0
 s1, s2 = st.columns(2)
@@ -162,7 +165,7 @@ if not no_mask:
     st.info("Switch on **Remove the look-ahead mask** above to run the same trained decoder with a full self-attention "
             "mask (the model itself is not changed) and see what leaks.", icon=":material/touch_app:")
 else:
-    leak = leak_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), tuple(pair["target"]), tr.model)
+    leak = leak_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), tuple(pair["target"]), tr.model, queue)
     total = float(leak.future_mass.mean())
     changed = int((leak.pred_masked != leak.pred_unmasked).sum())
     m1, m2, m3 = st.columns(3)
@@ -189,7 +192,7 @@ else:
     st.markdown("At **training** time an unmasked decoder could simply copy the next token from its input; the mask "
                 "forces it to predict. At **inference** the future does not exist yet, but recomputing the prefix "
                 "without the mask still changes what earlier positions see, so the output changes:")
-    g_m, g_u, p_m, p_u = greedy_pair(*key_id, tuple(pair["src_ids"]), tr)
+    g_m, g_u, p_m, p_u = greedy_pair(*key_id, tuple(pair["src_ids"]), tr, queue)
     st.dataframe(pd.DataFrame({"decoder": ["with look-ahead mask (as trained)", "without mask"], "greedy output": [g_m, g_u],
                                "pieces": [" ".join(p_m), " ".join(p_u)]}), hide_index=True)
     ui.download_buttons(table, lambda: json.dumps({"future_mass": leak.future_mass.tolist(), "tokens": lab,

@@ -346,6 +346,13 @@ def test_page_applies_the_heads_in_the_url(checkpoints):
     assert f"**Without 2 heads** (beam 4)  \n{expect or '∅'}" in texts
     assert f"**Intact model** (beam 4)  \n{intact or '∅'}" in texts
     assert any("Run the sweep" in b.label for b in at.button)  # no head_sweep.json beside the tiny checkpoint
+    # every model run of the page took its turn in the server's decode queue (aiayn.serving): the intact beam search
+    # (batchable: 1 sentence), the ablated one (a head mask runs alone), the reference's log-probability with and
+    # without the heads, the two teacher-forced passes of the comparison
+    from aiayn.app import models
+
+    q = models.decode_queue("en-de")
+    assert q.stats.turns == 6 and q.stats.sentences == 1, q.stats
 
 
 def test_page_keeps_sentence_and_switches_across_pages(checkpoints):

@@ -311,3 +311,15 @@ def test_model_page_numbers_the_resume_marks_in_the_caption_and_chart(checkpoint
     notes = {a["text"]: a for a in spec["layout"]["annotations"] if a["text"] in ("(1)", "(2)")}
     assert notes["(1)"]["x"] == 50 and notes["(2)"]["x"] == 60
     assert spec["layout"]["xaxis"]["range"][0] >= 10 - 0.05 * 90  # the loss panel starts at the data
+
+
+def test_masking_page_runs_the_model_in_the_servers_decode_queue(checkpoints):
+    """Thirty students on the Masking lab with their own sentences must not run thirty decoders side by side: the
+    page's model work (translation, the four stages, the leak, greedy with and without the mask) takes its turn."""
+    from aiayn.app import models
+
+    at = open_page(MASK, nomask="true", text="good morning")
+    assert not at.exception
+    q = models.decode_queue("en-de")
+    # translation + stages + leak + two greedy decodes; nothing else of this page used the queue
+    assert q.stats.turns == 5 and q.stats.sentences == 0

@@ -1,7 +1,7 @@
 """The Streamlit app's shared code (the only package besides ``app.py`` and ``pages/`` that imports
 streamlit), split by job: :mod:`~aiayn.app.frame` (page setup, sidebar navigation, :class:`PageContext`),
 :mod:`~aiayn.app.params` (URL parameter checks), :mod:`~aiayn.app.models` (checkpoints, the translator
-loaded once per process, the torch-free model card), :mod:`~aiayn.app.charts` (plotly charts, presenter
+loaded once per process and its decode queue, the torch-free model card), :mod:`~aiayn.app.charts` (plotly charts, presenter
 mode, PNG/SVG export) and :mod:`~aiayn.app.downloads` (CSV/JSON buttons). Not a paper section.
 
 Pages use it as::
@@ -42,6 +42,7 @@ from .models import (
     checkpoint_info,
     checkpoint_path,
     checkpoints_dir,
+    decode_queue,
     load_translator,
     model_card,
     warm_imports,
@@ -53,7 +54,7 @@ from .results import explain_sentence
 __all__ = [
     "COLORSCALE", "DEFAULT_DIRECTION", "DIRECTIONS", "DIRECTION_LABELS", "EXPORT_FORMATS", "PAGES",
     "PRESENTER_COLORSCALE", "PRESENTER_FONT_SIZE", "CheckpointInfo", "ModelUnavailable", "PageContext",
-    "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "download_buttons", "explain_sentence", "is_bool", "is_float",
+    "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "decode_queue", "download_buttons", "explain_sentence", "is_bool", "is_float",
     "is_int", "load_translator", "model_card", "nav_query_params", "optional_reference", "number_param", "page_exists", "page_link",
     "plotly_config", "prepare_figure", "sentence_or_stop", "setup_page", "show_figure", "warm_imports",
     "warn_bad_param",

@@ -22,7 +22,7 @@ from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatma
 from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
 from .charts import show_figure
 from .downloads import download_buttons
-from .models import checkpoint_path, checkpoint_stamp, load_translator
+from .models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
 from .params import query_param, warn_bad_param
 from .results import head_mask_key
 
@@ -94,9 +94,10 @@ def mask_for(off: list[Head], n_layers: int, n_heads: int) -> np.ndarray:
 @st.cache_data(max_entries=64, show_spinner="Running the model with and without the heads…")
 def _compared(direction: str, ckpt: str, stamp: str, src_ids: tuple, output_ids: tuple,  # noqa: ARG001
               mask: tuple | None):
-    tr = load_translator(direction)
-    intact = forced_maps(tr, src_ids, output_ids)
-    ablated = forced_maps(tr, src_ids, output_ids, head_mask=None if mask is None else np.asarray(mask, np.float32))
+    tr, queue = load_translator(direction), decode_queue(direction)  # the model's work takes its turn (aiayn.serving)
+    intact = queue.run(forced_maps, tr, src_ids, output_ids)
+    ablated = queue.run(forced_maps, tr, src_ids, output_ids,
+                        head_mask=None if mask is None else np.asarray(mask, np.float32))
     return intact, ablated
 
 
@@ -110,8 +111,8 @@ def compared_maps(direction: str, src_ids, output_ids, mask) -> tuple[Any, Any]:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _ref_logprob(direction: str, ckpt: str, stamp: str, text: str, ref: str, mask: tuple | None) -> float:  # noqa: ARG001
-    total, n = reference_logprob(load_translator(direction), [(text, ref)],
-                                 head_mask=None if mask is None else np.asarray(mask, np.float32))
+    total, n = decode_queue(direction).run(reference_logprob, load_translator(direction), [(text, ref)],
+                                           head_mask=None if mask is None else np.asarray(mask, np.float32))
     return total / max(n, 1)
 
 
@@ -202,6 +203,8 @@ def sweep_view(ctx, pairs: list[tuple[str, str]], *, beam_size: int = 4) -> None
         if not st.button("Run the sweep", type="primary", icon=":material/play_arrow:"):
             return
         bar = st.progress(0.0, text="intact model")
+        # not in the decode queue's turn: the sweep runs the model ~100 times and would hold every other visitor's
+        # translation for its whole length; it is a one-off (stored beside the checkpoint), not a classroom action
         df = cached_head_sweep(load_translator(ctx.direction), pairs, checkpoint=path, beam_size=beam_size,
                                progress=lambda f, t: bar.progress(min(1.0, f), text=t))
         bar.empty()
