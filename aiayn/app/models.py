@@ -71,8 +71,9 @@ def serving_threads() -> int:
     (a few sentences, d_model 256), so a second intra-op thread does not make one translation faster (49.5 ms
     with one thread, 49.8 ms with two, beam 4, on the 2-core CPU) but each request's threads then spin against
     the other sessions': with 30 students at once the server spent 0.18 CPU-s per student with torch's default
-    (one thread per core) and 0.105 with one (``python -m benchmarks --only classroom``, issue 14). With one
-    thread per request, requests run their model operations side by side (torch releases the GIL).
+    (one thread per core) and 0.105 with one (``python -m benchmarks --only classroom``, issue 14). Since then the
+    sessions take turns on the model (:func:`decode_queue`) and a batch of their sentences is one job; two threads
+    for that job measured no better (p95 2.0 against 1.9-2.4 s at 30 students, within noise).
 
     Raises:
         ValueError: the variable is set to something other than a positive integer.
