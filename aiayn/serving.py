@@ -50,7 +50,6 @@ class _Job:
     fn: Callable[[], Any] | None = None
     event: threading.Event = field(default_factory=threading.Event)
     done: bool = False
-    lead: bool = False  # handed the turn while waiting
     result: Any = None
     error: BaseException | None = None
 
@@ -139,7 +138,7 @@ class DecodeQueue:
             job.event.wait()
             if job.done:
                 return job.outcome()
-            # handed the turn: job.lead is set and the job is the oldest waiting one
+            # not done: the previous runner handed this job the turn (it is the oldest waiting one)
         self._runner = threading.get_ident()
         try:
             while not job.done:
@@ -167,9 +166,7 @@ class DecodeQueue:
     def _pass_turn(self) -> None:
         with self._lock:
             if self._waiting:
-                nxt = self._waiting[0]
-                nxt.lead = True
-                nxt.event.set()
+                self._waiting[0].event.set()  # its caller wakes up holding the turn
             else:
                 self._busy = False
 
