@@ -152,3 +152,8 @@ def test_card_of_a_model_trained_on_ding_and_debian_names_every_licence(tiny_che
     assert "Ding" in text and "GPL-2.0-or-later" in text and "3 Debian packages" in text
     assert "MPL-2.0: 305 pairs" in text and "GFDL-NIV-1.2+: 120 pairs" in text
     assert "coreutils, tar" in text and "distributed under the same license (GPL-2.0-or-later)" not in text
+    # the opening sentence names both corpora (it said "on the Ding German-English dictionary corpus" alone)
+    first = text.split("\n\n")[1]
+    assert "Ding German-English dictionary corpus and the German translations of Debian packages" in first
+    ding_only = render_card(tiny_checkpoints / "en-de", None, {"source": {"name": "Ding"}}, [], "cpu").split("\n\n")[1]
+    assert "Debian" not in ding_only and "on the Ding German-English dictionary corpus." in ding_only

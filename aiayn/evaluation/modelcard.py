@@ -126,11 +126,12 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     names = {"en": "English", "de": "German"}
     lines = [f"# Model card: aiayn {direction} ({names.get(src, src)} -> {names.get(tgt, tgt)})", ""]
     init_from = tc.get("init_from") or ""
+    corpus = ("the Ding German-English dictionary corpus and the German translations of Debian packages"
+              if (datasheet or {}).get("debian_sources") else "the Ding German-English dictionary corpus")
     start = (f"trained with `aiayn`, starting from the weights of the run `{_short_path(init_from)}` (warm start, "
-             "`--init-from`), on the Ding German-English dictionary" if init_from else
-             "trained from scratch with `aiayn` on the Ding German-English dictionary")
-    lines += [f"A Transformer (Vaswani et al. 2017) {start} "
-              f"corpus. {config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
+             f"`--init-from`), on {corpus}" if init_from else f"trained from scratch with `aiayn` on {corpus}")
+    lines += [f"A Transformer (Vaswani et al. 2017) {start}. "
+              f"{config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
               "(`model.safetensors`), joint SentencePiece BPE vocabulary (`spm.model`).", ""]
     if notes:
         lines += [notes.strip(), ""]
