@@ -137,8 +137,8 @@ every other word (**self-attention**), then passes each position through a small
 (**encoder-decoder attention**). Each attention is split into *h* **heads** that attend in parallel, each
 computing softmax(QKᵀ/√d_k)·V (Eq. 1). Position is added with **sinusoidal encodings** (Section 3.5).
 
-This app runs a real, small Transformer trained on German–English dictionary pairs (en-de also on sentences
-from the translations shipped in Debian packages) and lets you look
+This app runs a real, small Transformer trained on German–English dictionary pairs and on sentences from the
+translations shipped in Debian packages, and lets you look
 inside **every head of every layer**, for any sentence you type. Everything runs offline.
             """
         )
