@@ -8,7 +8,7 @@ CPU time in the kernel switching threads (3.3 of 9.6 CPU-s for 30 students) and 
 CPU-s against 0.14 alone. Run one at a time, the model stops fighting itself; decoding the waiting sentences in one
 batch costs 17 ms of CPU per sentence in a batch of 30 and 32 in a batch of 8, instead of 87-95 alone (beam 4,
 maps, one torch thread, the shipped en-de checkpoint; finished sentences leave the batch, :mod:`aiayn.decoding`).
-30 students at once: p95 6.69 -> 2.15-2.36 s, 0.28 -> 0.08 server CPU-s each (docs/benchmarks.md, third round).
+30 students at once: p95 6.69 -> 1.73-2.44 s, 0.28 -> 0.06-0.08 server CPU-s each (docs/benchmarks.md, third round).
 
 **How (leader and followers; no thread of its own).** A caller appends its job to the queue. If no job is
 running, the caller takes the turn and runs the oldest waiting job together with every other waiting job that can
