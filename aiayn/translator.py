@@ -303,7 +303,7 @@ class Translator:
         return self.translate_batch([text], **kwargs)[0]
 
     def _make(self, encoded: tuple[list[int], bool, str], hyps: list[Hypothesis], elapsed: float,
-              batch_size: int = 1) -> Translation:
+              batch_size: int) -> Translation:
         src_ids, truncated, cleaned = encoded
         best = hyps[0]
         src_tokens = self.pieces(src_ids)

@@ -22,9 +22,11 @@ DEFAULT_SENTENCE = {"en": "I like to read books in the garden.", "de": "Ich lese
 
 
 @st.cache_data(max_entries=32, show_spinner="Translating…")
-def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr, _queue) -> dict:  # noqa: ARG001 - cache keys
+def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _queue) -> dict:  # noqa: ARG001 - cache keys
     """Source ids/pieces, decoder input and target ids/pieces: the model's translation, or the reference. The
-    model's work here and below runs in the turn of the server's decode queue (aiayn.serving), as every page's does."""
+    model's work here and below runs in the turn of the server's decode queue (aiayn.serving), as every page's does;
+    ``_queue.translator`` is the page's translator."""
+    _tr = _queue.translator
     src_ids, _, _ = _tr.encode_source(text)
     cfg = _tr.cfg
     if reference.strip():
@@ -39,18 +41,20 @@ def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _tr, _qu
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def steps_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, layer: int, head: int, pieces: tuple, _model,  # noqa: ARG001
+def steps_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, layer: int, head: int, pieces: tuple,  # noqa: ARG001
               _queue):
-    return _queue.run(lessons.decoder_mask_steps, _model, list(src), list(dec_in), layer, head, labs.token_labels(pieces))
+    return _queue.run(lessons.decoder_mask_steps, _queue.translator.model, list(src), list(dec_in), layer, head,
+                      labs.token_labels(pieces))
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the decoder without its mask…")
-def leak_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, target: tuple, _model, _queue):  # noqa: ARG001
-    return _queue.run(lessons.causal_leak, _model, list(src), list(dec_in), list(target))
+def leak_for(checkpoint: str, model_id: int, src: tuple, dec_in: tuple, target: tuple, _queue):  # noqa: ARG001
+    return _queue.run(lessons.causal_leak, _queue.translator.model, list(src), list(dec_in), list(target))
 
 
 @st.cache_data(max_entries=32, show_spinner="Greedy decoding with and without the mask…")
-def greedy_pair(checkpoint: str, model_id: int, src: tuple, _tr, _queue) -> tuple[str, str, list[str], list[str]]:  # noqa: ARG001
+def greedy_pair(checkpoint: str, model_id: int, src: tuple, _queue) -> tuple[str, str, list[str], list[str]]:  # noqa: ARG001
+    _tr = _queue.translator
     a = _queue.run(lessons.greedy_with_self_mask, _tr.model, list(src), causal=True)
     b = _queue.run(lessons.greedy_with_self_mask, _tr.model, list(src), causal=False)
     return _tr.tokenizer.decode(a), _tr.tokenizer.decode(b), _tr.pieces(a), _tr.pieces(b)
@@ -124,13 +128,13 @@ if not text or not text.strip():
     st.error("Type a source sentence to run the model on.", icon=":material/edit:")
     st.stop()
 try:
-    pair = pair_for(*key_id, text, reference or "", tr, queue)
+    pair = pair_for(*key_id, text, reference or "", queue)
 except ValueError as exc:
     st.error(str(exc), icon=":material/block:")
     st.stop()
 st.markdown(f"Teacher-forced pass: the decoder is fed **{pair['mode']}**, "
             f"`{' '.join(pair['dec_in_pieces'])}`, and predicts `{' '.join(pair['target_pieces'])}`.")
-steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), li, hi, tuple(pair["dec_in_pieces"]), tr.model, queue)
+steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), li, hi, tuple(pair["dec_in_pieces"]), queue)
 lab = labs.token_labels(pair["dec_in_pieces"])
 lim = float(np.abs(steps.raw).max()) or 1.0
 s1, s2 = st.columns(2)
@@ -165,7 +169,7 @@ if not no_mask:
     st.info("Switch on **Remove the look-ahead mask** above to run the same trained decoder with a full self-attention "
             "mask (the model itself is not changed) and see what leaks.", icon=":material/touch_app:")
 else:
-    leak = leak_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), tuple(pair["target"]), tr.model, queue)
+    leak = leak_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), tuple(pair["target"]), queue)
     total = float(leak.future_mass.mean())
     changed = int((leak.pred_masked != leak.pred_unmasked).sum())
     m1, m2, m3 = st.columns(3)
@@ -192,7 +196,7 @@ else:
     st.markdown("At **training** time an unmasked decoder could simply copy the next token from its input; the mask "
                 "forces it to predict. At **inference** the future does not exist yet, but recomputing the prefix "
                 "without the mask still changes what earlier positions see, so the output changes:")
-    g_m, g_u, p_m, p_u = greedy_pair(*key_id, tuple(pair["src_ids"]), tr, queue)
+    g_m, g_u, p_m, p_u = greedy_pair(*key_id, tuple(pair["src_ids"]), queue)
     st.dataframe(pd.DataFrame({"decoder": ["with look-ahead mask (as trained)", "without mask"], "greedy output": [g_m, g_u],
                                "pieces": [" ".join(p_m), " ".join(p_u)]}), hide_index=True)
     ui.download_buttons(table, lambda: json.dumps({"future_mass": leak.future_mass.tolist(), "tokens": lab,

@@ -52,10 +52,26 @@ def assert_same_up_to_rounding(a, b, *, exact: bool = False):
 
 
 # -- explain_batch ---------------------------------------------------------------------------------------------------
-def test_explain_batch_of_one_is_explain_bit_for_bit(shipped, lone):
-    [one] = explain_batch(shipped, [SENTENCES[3]])
+def test_a_lone_sentence_is_computed_as_before_bit_for_bit(shipped, lone):
+    """explain() now runs through explain_batch; a batch of one must give exactly what the unbatched path gave: the
+    beam search of translate() and a plain teacher-forced softmax written out here (no padding, no slicing), and
+    the queue must hand a lone caller that same result."""
+    import torch
+
+    s = SENTENCES[3]
+    [one] = explain_batch(shipped, [s])
     assert one.batch_size == 1
-    assert_same_up_to_rounding(one, lone[SENTENCES[3]], exact=True)
+    t = shipped.translate(s, beam_size=4, length_penalty=0.6, n_best=4, return_attention=True)
+    assert one.text == t.text and one.nbest == t.nbest
+    for kind in ("encoder", "decoder", "cross"):
+        assert torch.equal(one.attention.get(kind), t.attention.get(kind).cpu()), kind
+    cfg = shipped.cfg
+    with torch.inference_mode():
+        logits = shipped.model(torch.tensor([t.src_ids]), torch.tensor([[cfg.decoder_start_id] + t.output_ids[:-1]]))
+    probs = torch.softmax(logits[0].float(), dim=-1).numpy()
+    chosen = probs[np.arange(len(t.output_ids)), t.output_ids]
+    assert np.array_equal(one.next_pieces.chosen_prob, chosen.astype(np.float32))
+    assert_same_up_to_rounding(DecodeQueue(shipped).explain(s), lone[s], exact=True)
 
 
 def test_explain_batch_equals_lone_calls_up_to_float_rounding(shipped, lone):
@@ -121,6 +137,20 @@ def _in_threads(calls):
     return out
 
 
+def _behind_a_held_turn(q, recorder, calls):
+    """``q.explain("first")`` takes the turn and is held (the stand-in waits) while ``calls`` arrive in threads of
+    their own; released after 0.3 s. Returns the outcomes of ``calls``."""
+    recorder.release.clear()
+    holder = threading.Thread(target=lambda: q.explain("first"))
+    holder.start()
+    assert recorder.started.wait(5)
+    threading.Timer(0.3, recorder.release.set).start()
+    out = _in_threads(calls)
+    holder.join(5)
+    assert not holder.is_alive()
+    return out
+
+
 def test_a_lone_caller_runs_alone_and_at_once(recorder):
     q = DecodeQueue(object())
     assert q.explain("alone") == "alone|4|1"
@@ -130,14 +160,8 @@ def test_a_lone_caller_runs_alone_and_at_once(recorder):
 
 def test_callers_waiting_behind_a_turn_are_decoded_together(recorder):
     q = DecodeQueue(object())
-    recorder.release.clear()
     texts = [f"s{i}" for i in range(6)]
-    holder = threading.Thread(target=lambda: q.explain("first"))
-    holder.start()
-    assert recorder.started.wait(5)
-    threading.Timer(0.3, recorder.release.set).start()  # the other five queue up meanwhile
-    out = _in_threads([lambda t=t: q.explain(t) for t in texts[1:]])
-    holder.join(5)
+    out = _behind_a_held_turn(q, recorder, [lambda t=t: q.explain(t) for t in texts[1:]])
     assert out == [f"{t}|4|5" for t in texts[1:]]
     assert [b for b, _ in recorder.batches] == [["first"], texts[1:]]
     assert q.stats.largest_batch == 5 and q.stats.batched == 5 and q.stats.sentences == 6
@@ -145,15 +169,9 @@ def test_callers_waiting_behind_a_turn_are_decoded_together(recorder):
 
 def test_different_options_are_not_batched_and_max_batch_holds(recorder):
     q = DecodeQueue(object(), max_batch=2)
-    recorder.release.clear()
-    holder = threading.Thread(target=lambda: q.explain("first"))
-    holder.start()
-    assert recorder.started.wait(5)
-    threading.Timer(0.3, recorder.release.set).start()
     calls = [lambda: q.explain("a"), lambda: q.explain("g", beam_size=1), lambda: q.explain("b"),
              lambda: q.explain("c"), lambda: q.explain("h", beam_size=1)]
-    out = _in_threads(calls)
-    holder.join(5)
+    out = _behind_a_held_turn(q, recorder, calls)
     batches = [b for b, _ in recorder.batches]
     # oldest first; a batch takes the waiting jobs with the oldest one's options, at most max_batch of them
     assert batches == [["first"], ["a", "b"], ["g", "h"], ["c"]]
@@ -162,13 +180,7 @@ def test_different_options_are_not_batched_and_max_batch_holds(recorder):
 
 def test_a_failing_sentence_fails_only_its_caller(recorder):
     q = DecodeQueue(object())
-    recorder.release.clear()
-    holder = threading.Thread(target=lambda: q.explain("first"))
-    holder.start()
-    assert recorder.started.wait(5)
-    threading.Timer(0.3, recorder.release.set).start()
-    out = _in_threads([lambda: q.explain("x"), lambda: q.explain("bad"), lambda: q.explain("y")])
-    holder.join(5)
+    out = _behind_a_held_turn(q, recorder, [lambda: q.explain("x"), lambda: q.explain("bad"), lambda: q.explain("y")])
     assert out[0] == "x|4|1" and out[2] == "y|4|1"  # the failed batch of three was run again one at a time
     assert isinstance(out[1], ValueError) and "bad sentence" in str(out[1])
     assert q.explain("after") == "after|4|1"  # the queue is not left busy

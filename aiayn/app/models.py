@@ -135,12 +135,7 @@ def decode_queue(direction: str):
         ModelUnavailable: the checkpoint cannot be loaded, or ``$AIAYN_MAX_BATCH`` / ``$AIAYN_TORCH_THREADS``
             is not a positive integer (the message says which).
     """
-    load_translator(direction)  # the checks and messages of a missing or broken checkpoint
-    path = checkpoint_path(direction)
-    try:
-        return _decode_queue(str(path), checkpoint_stamp(path))
-    except ValueError as exc:
-        raise ModelUnavailable(str(exc)) from None
+    return _per_checkpoint(direction, _decode_queue)
 
 
 def load_translator(direction: str):
@@ -150,11 +145,17 @@ def load_translator(direction: str):
     Raises:
         ModelUnavailable: the checkpoint is missing, truncated or corrupt (message names the file).
     """
+    return _per_checkpoint(direction, _load_translator)
+
+
+def _per_checkpoint(direction: str, resource):
+    """``resource(path, stamp)`` (a ``st.cache_resource`` function) for the checkpoint of ``direction``, its
+    errors as :class:`ModelUnavailable` naming the file or setting at fault."""
     path = checkpoint_path(direction)
     if not path.is_dir():
         raise ModelUnavailable(f"no checkpoint directory at {path}")
     try:
-        return _load_translator(str(path), checkpoint_stamp(path))
+        return resource(str(path), checkpoint_stamp(path))
     except (FileNotFoundError, ValueError, OSError, RuntimeError, KeyError) as exc:
         raise ModelUnavailable(str(exc)) from None
 
