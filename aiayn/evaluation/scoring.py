@@ -184,12 +184,11 @@ def _table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     return df.to_string(index=False)
 
 
-def cli_main(argv: list[str]) -> int:
-    """``aiayn evaluate --checkpoint DIR --data DIR [--split test] [--beam-size 4] [--alpha 0.6]
-    [--batch-size 32] [--max-len N] [--limit N] [--out results.json] [--hypotheses]``; returns the exit code
-    (0 ok, 2 bad input: missing/corrupt checkpoint or data, bad options)."""
-    from ..translator import Translator  # imports torch: only when the command runs
+class _Refused(Exception):
+    """Bad input for ``aiayn evaluate``: the message is printed and the exit code is 2."""
 
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="aiayn evaluate",
                                  description="sacreBLEU and chrF of a checkpoint on a held-out split (beam search, Section 6.1), "
                                              "beside a word-by-word dictionary baseline.")
@@ -208,60 +207,69 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--hypotheses", action="store_true", help="include every hypothesis in the JSON")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = ap.parse_args(argv)
+    return ap
 
-    def fail(msg: str) -> int:
-        print(f"aiayn evaluate: {msg}", file=sys.stderr)
-        return 2
 
+def _check_options(args: argparse.Namespace) -> Path:
+    """The numeric options' ranges and the data directory; returns the data directory. Raises _Refused."""
     if args.beam_size < 1:
-        return fail(f"--beam-size must be >= 1, got {args.beam_size}")
+        raise _Refused(f"--beam-size must be >= 1, got {args.beam_size}")
     if args.batch_size < 1:
-        return fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        raise _Refused(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_len is not None and args.max_len < 1:
-        return fail(f"--max-len must be >= 1, got {args.max_len}")
+        raise _Refused(f"--max-len must be >= 1, got {args.max_len}")
     if args.limit is not None and args.limit < 1:
-        return fail(f"--limit must be >= 1, got {args.limit}")
+        raise _Refused(f"--limit must be >= 1, got {args.limit}")
     data_dir = Path(args.data).expanduser()
     if not data_dir.is_dir():
-        return fail(f"data directory not found: {data_dir}")
+        raise _Refused(f"data directory not found: {data_dir}")
+    return data_dir
+
+
+def _load_translator(args: argparse.Namespace):
+    """The checkpoint's Translator and the direction to score (``--direction`` or the checkpoint's). Raises _Refused."""
+    from ..translator import Translator  # imports torch: only when the command runs
+
     try:
         tr = Translator.load(Path(args.checkpoint).expanduser(), device=args.device)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        return fail(str(exc))
+        raise _Refused(str(exc)) from None
     direction = args.direction or tr.meta.get("direction")
     if direction not in ("en-de", "de-en"):
-        return fail(f"{args.checkpoint}: config.json meta has no direction 'en-de' or 'de-en' ({direction!r}); pass --direction")
-    src_lang, tgt_lang = direction.split("-")
+        raise _Refused(f"{args.checkpoint}: config.json meta has no direction 'en-de' or 'de-en' ({direction!r}); "
+                       "pass --direction")
+    return tr, direction
+
+
+def _read_inputs(args: argparse.Namespace, data_dir: Path, direction: str):
+    """``(sources, references, pairs left out, lexicon or None)`` of the split (first ``--limit``). Raises _Refused."""
     try:
         sources, refs, skipped = read_split(data_dir, args.split, direction)
     except (FileNotFoundError, ValueError) as exc:
-        return fail(str(exc))
+        raise _Refused(str(exc)) from None
     if args.limit is not None:
         sources, refs = sources[: args.limit], refs[: args.limit]
     if not sources:
-        return fail(f"{data_dir / (args.split + '.tsv')} has no sentence pairs")
+        raise _Refused(f"{data_dir / (args.split + '.tsv')} has no sentence pairs")
     lexicon = None
     lex_path = data_dir / "dictionary.tsv"
     if lex_path.is_file():
         try:
             lexicon = load_lexicon(lex_path, direction=direction)
         except (FileNotFoundError, ValueError) as exc:
-            return fail(str(exc))
+            raise _Refused(str(exc)) from None
     else:
         print(f"aiayn evaluate: no {lex_path}; the dictionary baseline is left out", file=sys.stderr)
+    return sources, refs, skipped, lexicon
 
-    started = _dt.datetime.now(_dt.timezone.utc)
-    try:
-        res = evaluate_translator(tr, sources, refs, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size,
-                                  max_len=args.max_len, lexicon=lexicon, src_lang=src_lang, progress=not args.no_progress)
-    except ValueError as exc:
-        return fail(str(exc))
 
+def _print_report(args: argparse.Namespace, res: dict[str, Any], direction: str, split_file: Path,
+                  sources: list[str], refs: list[str]) -> None:
+    """The scores table, the sacreBLEU signatures and ``--samples`` sample translations, on stdout."""
     rows = [("model (beam %d, alpha %g)" % (args.beam_size, args.alpha), res["model"])]
     if res["baseline"] is not None:
         rows.append(("dictionary word-by-word", res["baseline"]))
-    print(f"\n{direction} on {data_dir / (args.split + '.tsv')}: {res['n_sentences']} sentences, "
+    print(f"\n{direction} on {split_file}: {res['n_sentences']} sentences, "
           f"{res['elapsed_s']:.1f} s ({res['sentences_per_s']:.1f} sentences/s)")
     print(_table(rows))
     print(f"BLEU: {res['model']['bleu_signature']}\nchrF: {res['model']['chrf_signature']}")
@@ -272,55 +280,93 @@ def cli_main(argv: list[str]) -> int:
         if res["baseline_hypotheses"] is not None:
             print(f"    dict: {res['baseline_hypotheses'][i]}")
 
+
+def _data_record(data_dir: Path, split: str) -> dict[str, Any]:
+    """The results file's ``data`` block: the split file's sha256 and what ``datasheet.json`` says of the corpus."""
+    sheet: dict[str, Any] = {}
+    if (data_dir / "datasheet.json").is_file():
+        try:
+            sheet = json.loads((data_dir / "datasheet.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            sheet = {}
+    return {
+        "data_dir": str(data_dir.resolve()),
+        "split_file_sha256": sha256_file(data_dir / f"{split}.tsv"),
+        "corpus_sha256": sheet.get("source", {}).get("sha256"),
+        "corpus": sheet.get("source", {}).get("name"),
+        "license": sheet.get("source", {}).get("license"),
+        "prepare_parameters": sheet.get("parameters"),
+    }
+
+
+def _results_record(args: argparse.Namespace, tr, res: dict[str, Any], direction: str, data_dir: Path,
+                    inputs: tuple[list[str], list[str], int], started: _dt.datetime) -> dict[str, Any]:
+    """What ``--out`` holds: checkpoint, split, decoding settings, scores and signatures, data, time, samples."""
+    sources, refs, skipped = inputs
+    out = {
+        "checkpoint": str(Path(args.checkpoint).expanduser().resolve()),
+        "checkpoint_meta": {k: v for k, v in tr.meta.items() if k != "train_config"},
+        "direction": direction,
+        "split": args.split,
+        "n_sentences": res["n_sentences"],
+        "pairs_left_out_empty": skipped,
+        "limit": args.limit,
+        "decoding": {"beam_size": args.beam_size, "alpha": args.alpha,
+                     "max_len": args.max_len if args.max_len is not None else "source length + 50",
+                     "batch_size": args.batch_size},
+        "scores": {
+            "model": {"bleu": res["model"]["bleu"], "chrf": res["model"]["chrf"]},
+            "dictionary_baseline": ({"bleu": res["baseline"]["bleu"], "chrf": res["baseline"]["chrf"]}
+                                    if res["baseline"] is not None else None),
+        },
+        "signatures": {"bleu": res["model"]["bleu_signature"], "chrf": res["model"]["chrf_signature"]},
+        "details": {"model": res["model"], "dictionary_baseline": res["baseline"]},
+        "unfinished": res["unfinished"],
+        "truncated_sources": res["truncated_sources"],
+        "data": _data_record(data_dir, args.split),
+        "time": {"started_utc": started.isoformat(timespec="seconds"), "elapsed_s": round(res["elapsed_s"], 3),
+                 "sentences_per_s": round(res["sentences_per_s"], 3), "device": str(tr.device)},
+        "samples": [{"source": sources[i], "reference": refs[i], "hypothesis": res["hypotheses"][i],
+                     "dictionary_baseline": (res["baseline_hypotheses"] or [None] * len(sources))[i]}
+                    for i in range(min(args.samples, len(sources)))],
+    }
+    if args.hypotheses:
+        out["hypotheses"] = res["hypotheses"]
+        out["baseline_hypotheses"] = res["baseline_hypotheses"]
+    return out
+
+
+def _run(args: argparse.Namespace) -> None:
+    """The command after parsing: load, translate, score, print, write ``--out``. Raises _Refused."""
+    data_dir = _check_options(args)
+    tr, direction = _load_translator(args)
+    sources, refs, skipped, lexicon = _read_inputs(args, data_dir, direction)
+    started = _dt.datetime.now(_dt.timezone.utc)
+    try:
+        res = evaluate_translator(tr, sources, refs, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size,
+                                  max_len=args.max_len, lexicon=lexicon, src_lang=direction.split("-")[0],
+                                  progress=not args.no_progress)
+    except ValueError as exc:
+        raise _Refused(str(exc)) from None
+    _print_report(args, res, direction, data_dir / (args.split + ".tsv"), sources, refs)
     if args.out:
-        split_file = data_dir / f"{args.split}.tsv"
-        sheet: dict[str, Any] = {}
-        if (data_dir / "datasheet.json").is_file():
-            try:
-                sheet = json.loads((data_dir / "datasheet.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                sheet = {}
-        meta = {k: v for k, v in tr.meta.items() if k != "train_config"}
-        out = {
-            "checkpoint": str(Path(args.checkpoint).expanduser().resolve()),
-            "checkpoint_meta": meta,
-            "direction": direction,
-            "split": args.split,
-            "n_sentences": res["n_sentences"],
-            "pairs_left_out_empty": skipped,
-            "limit": args.limit,
-            "decoding": {"beam_size": args.beam_size, "alpha": args.alpha, "max_len": args.max_len if args.max_len is not None else "source length + 50",
-                         "batch_size": args.batch_size},
-            "scores": {
-                "model": {"bleu": res["model"]["bleu"], "chrf": res["model"]["chrf"]},
-                "dictionary_baseline": ({"bleu": res["baseline"]["bleu"], "chrf": res["baseline"]["chrf"]}
-                                        if res["baseline"] is not None else None),
-            },
-            "signatures": {"bleu": res["model"]["bleu_signature"], "chrf": res["model"]["chrf_signature"]},
-            "details": {"model": res["model"], "dictionary_baseline": res["baseline"]},
-            "unfinished": res["unfinished"],
-            "truncated_sources": res["truncated_sources"],
-            "data": {
-                "data_dir": str(data_dir.resolve()),
-                "split_file_sha256": sha256_file(split_file),
-                "corpus_sha256": sheet.get("source", {}).get("sha256"),
-                "corpus": sheet.get("source", {}).get("name"),
-                "license": sheet.get("source", {}).get("license"),
-                "prepare_parameters": sheet.get("parameters"),
-            },
-            "time": {"started_utc": started.isoformat(timespec="seconds"), "elapsed_s": round(res["elapsed_s"], 3),
-                     "sentences_per_s": round(res["sentences_per_s"], 3), "device": str(tr.device)},
-            "samples": [{"source": sources[i], "reference": refs[i], "hypothesis": res["hypotheses"][i],
-                         "dictionary_baseline": (res["baseline_hypotheses"] or [None] * len(sources))[i]}
-                        for i in range(min(args.samples, len(sources)))],
-        }
-        if args.hypotheses:
-            out["hypotheses"] = res["hypotheses"]
-            out["baseline_hypotheses"] = res["baseline_hypotheses"]
+        out = _results_record(args, tr, res, direction, data_dir, (sources, refs, skipped), started)
         path = Path(args.out).expanduser()
         try:
             atomic_write_text(path, json.dumps(out, ensure_ascii=False, indent=2) + "\n")
         except OSError as exc:
-            return fail(f"cannot write {path}: {exc}")
+            raise _Refused(f"cannot write {path}: {exc}") from None
         print(f"\nwrote {path}")
+
+
+def cli_main(argv: list[str]) -> int:
+    """``aiayn evaluate --checkpoint DIR --data DIR [--split test] [--beam-size 4] [--alpha 0.6]
+    [--batch-size 32] [--max-len N] [--limit N] [--out results.json] [--hypotheses]``; returns the exit code
+    (0 ok, 2 bad input: missing/corrupt checkpoint or data, bad options)."""
+    args = _parser().parse_args(argv)
+    try:
+        _run(args)
+    except _Refused as exc:
+        print(f"aiayn evaluate: {exc}", file=sys.stderr)
+        return 2
     return 0
