@@ -36,6 +36,77 @@ SPECIAL_IDS: dict[str, int] = dict(pad=0, unk=1, bos=2, eos=3)
 __all__ = ["SPECIAL_IDS", "Tokenizer", "train_sentencepiece"]
 
 
+def _training_sentences(texts: Iterable[str]) -> list[str]:
+    """The non-empty strings of ``texts`` in order. Raises ValueError: a non-string, a line break, nothing left."""
+    sentences = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"text #{i} is {type(text).__name__}, not str")
+        if "\n" in text or "\r" in text:
+            raise ValueError(f"text #{i} contains a line break: {text[:60]!r}")
+        if text.strip():
+            sentences.append(text)
+    if not sentences:
+        raise ValueError("train_sentencepiece: no non-empty text to train on")
+    return sentences
+
+
+def _train_model_bytes(sentences: list[str], coverage: float, settings: dict) -> bytes:
+    """One SentencePiece training run in memory: the serialized model (the specials of :data:`SPECIAL_IDS`, byte
+    fallback, no sampling or shuffling). ``settings``: vocab_size, model_type, seed_sentencepiece_size, num_threads,
+    max_sentence_length, hard_vocab_limit. Raises SentencePiece's RuntimeError."""
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=buffer,
+        character_coverage=coverage,
+        pad_id=SPECIAL_IDS["pad"],
+        unk_id=SPECIAL_IDS["unk"],
+        bos_id=SPECIAL_IDS["bos"],
+        eos_id=SPECIAL_IDS["eos"],
+        pad_piece="<pad>",
+        unk_piece="<unk>",
+        bos_piece="<s>",
+        eos_piece="</s>",
+        byte_fallback=True,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        minloglevel=2,
+        **settings,
+    )
+    return buffer.getvalue()
+
+
+def _train_with_lower_coverage(sentences: list[str], character_coverage: float, settings: dict,
+                               model_path: Path) -> bytes:
+    """Train again when the vocabulary cannot hold one piece per character (plus 4 specials and 256 bytes).
+
+    With byte fallback, rarer characters are still encodable, so lower the coverage until the most frequent
+    characters fill at most 3/4 of the free slots (halving that count while SentencePiece still refuses), and
+    warn. Raises ValueError when even one character does not fit."""
+    vocab_size = settings["vocab_size"]
+    counts: Counter = Counter()
+    for t in sentences:
+        counts.update(unicodedata.normalize("NFKC", t).replace(" ", "\u2581"))
+    freqs = sorted(counts.values(), reverse=True)
+    total = sum(freqs)
+    k = max(1, (vocab_size - len(SPECIAL_IDS) - 256) * 3 // 4)
+    data = b""
+    while k >= 1 and not data:
+        coverage = min(character_coverage, sum(freqs[:k]) / total - 1e-9)
+        try:
+            data = _train_model_bytes(sentences, coverage, settings)
+        except RuntimeError as exc2:
+            if "required_chars" not in str(exc2) or k == 1:
+                raise ValueError(f"SentencePiece training failed for {model_path}: {exc2}") from exc2
+            k //= 2
+    warnings.warn(
+        f"vocab_size={vocab_size} cannot hold all {len(freqs)} characters at character_coverage="
+        f"{character_coverage}; trained with coverage {coverage:.6f} (rarer characters use byte pieces)",
+        stacklevel=3)
+    return data
+
+
 def train_sentencepiece(
     texts: Iterable[str],
     model_path: str | os.PathLike,
@@ -88,71 +159,15 @@ def train_sentencepiece(
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
     model_path = Path(model_path)
-    sentences = []
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ValueError(f"text #{i} is {type(text).__name__}, not str")
-        if "\n" in text or "\r" in text:
-            raise ValueError(f"text #{i} contains a line break: {text[:60]!r}")
-        if text.strip():
-            sentences.append(text)
-    if not sentences:
-        raise ValueError("train_sentencepiece: no non-empty text to train on")
-
-    def train(coverage: float) -> bytes:
-        buffer = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_writer=buffer,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=coverage,
-            pad_id=SPECIAL_IDS["pad"],
-            unk_id=SPECIAL_IDS["unk"],
-            bos_id=SPECIAL_IDS["bos"],
-            eos_id=SPECIAL_IDS["eos"],
-            pad_piece="<pad>",
-            unk_piece="<unk>",
-            bos_piece="<s>",
-            eos_piece="</s>",
-            byte_fallback=True,
-            input_sentence_size=0,
-            shuffle_input_sentence=False,
-            seed_sentencepiece_size=seed_sentencepiece_size,
-            num_threads=num_threads,
-            max_sentence_length=max_sentence_length,
-            hard_vocab_limit=hard_vocab_limit,
-            minloglevel=2,
-        )
-        return buffer.getvalue()
-
+    sentences = _training_sentences(texts)
+    settings = dict(vocab_size=vocab_size, model_type=model_type, seed_sentencepiece_size=seed_sentencepiece_size,
+                    num_threads=num_threads, max_sentence_length=max_sentence_length, hard_vocab_limit=hard_vocab_limit)
     try:
-        data = train(character_coverage)
+        data = _train_model_bytes(sentences, character_coverage, settings)
     except RuntimeError as exc:
         if "required_chars" not in str(exc):
             raise ValueError(f"SentencePiece training failed for {model_path}: {exc}") from exc
-        # A small vocabulary cannot hold one piece per character (plus 4 specials and 256 bytes). With
-        # byte fallback, rarer characters are still encodable, so lower the coverage until the most
-        # frequent characters fill at most 3/4 of the free slots, and say so.
-        counts = Counter()
-        for t in sentences:
-            counts.update(unicodedata.normalize("NFKC", t).replace(" ", "\u2581"))
-        freqs = sorted(counts.values(), reverse=True)
-        total = sum(freqs)
-        k = max(1, (vocab_size - n_special - 256) * 3 // 4)
-        data = b""
-        while k >= 1 and not data:
-            coverage = min(character_coverage, sum(freqs[:k]) / total - 1e-9)
-            try:
-                data = train(coverage)
-            except RuntimeError as exc2:
-                if "required_chars" not in str(exc2) or k == 1:
-                    raise ValueError(f"SentencePiece training failed for {model_path}: {exc2}") from exc2
-                k //= 2
-        warnings.warn(
-            f"vocab_size={vocab_size} cannot hold all {len(freqs)} characters at character_coverage="
-            f"{character_coverage}; trained with coverage {coverage:.6f} (rarer characters use byte pieces)",
-            stacklevel=2)
+        data = _train_with_lower_coverage(sentences, character_coverage, settings, model_path)
     if not data:
         raise ValueError(f"SentencePiece produced no model for {model_path} ({len(sentences)} sentences)")
     atomic_write_bytes(model_path, data)
