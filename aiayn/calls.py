@@ -1,0 +1,204 @@
+"""The one owner of model calls: how text becomes ids, how the decoder input is built, which precision a pass
+runs in, and the teacher-forced pass itself.
+
+Every caller that runs the model on given ids goes through here: :meth:`aiayn.Translator.force` and
+:meth:`~aiayn.Translator.translate_batch`, :mod:`aiayn.analysis.explain`, head ablation and the sweep
+(:mod:`aiayn.sweep`), the attention-history recorder (:mod:`aiayn.training.history`), validation
+(:func:`aiayn.training.loop.validate`) and, through explain, the decode queue (:mod:`aiayn.serving`). One place
+means one answer to three questions that five copies once answered differently:
+
+* **Truncation.** A source or a reference becomes its SentencePiece ids cut to ``cfg.max_len - 1`` pieces,
+  then ``</s>``: at most ``max_len`` ids, the longest sequence the model accepts (:func:`cut`).
+* **The decoder input** is the target shifted right behind ``cfg.decoder_start_id`` (Section 3.1: "the output
+  embeddings are offset by one position"): ``<s>`` for our models, ``<pad>`` for an imported Opus-MT model
+  (``decoder_start="pad"``; Hugging Face's ``shift_tokens_right`` in ``modeling_marian.py``)
+  (:func:`decoder_input_ids`, :func:`shift_right`).
+* **Precision.** bf16 autocast on CUDA when a caller asks for it, float32 otherwise (:func:`autocast_for`);
+  results leave in float32.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .data.batching import pad_ids
+from .translation import clean_text
+
+if TYPE_CHECKING:  # annotations only
+    from .model.config import TransformerConfig
+    from .model.maps import AttentionMaps
+    from .model.transformer import Transformer
+
+
+class Encoded(NamedTuple):
+    """A text as the model is fed it.
+
+    Attributes:
+        ids: piece ids ending with ``</s>``, at most ``cfg.max_len`` of them.
+        truncated: the text had more than ``cfg.max_len - 1`` pieces and was cut.
+        text: the cleaned text (:func:`aiayn.translation.clean_text`) that was tokenised.
+    """
+
+    ids: list[int]
+    truncated: bool
+    text: str
+
+
+class Forced(NamedTuple):
+    """The result of :func:`teacher_forced`.
+
+    Attributes:
+        log_probs: ``(B, T, V)`` float32 natural-log next-piece probabilities (log-softmax of the output layer,
+            Section 3.4); row t is the distribution of ``target[:, t]`` after the decoder was fed
+            ``decoder_input[:, : t + 1]``. Rows at padded target positions are computed but meaningless.
+        target: ``(B, T)`` int64 ids predicted (padded with ``pad_id``).
+        decoder_input: ``(B, T)`` int64 ids fed (:func:`shift_right` of ``target``).
+        maps: :class:`~aiayn.model.maps.AttentionMaps` (float32, on the model's device; encoder
+            ``(L, B, H, S, S)``, decoder ``(L, B, H, T, T)``, cross ``(L, B, H, T, S)``) or None when not asked for.
+    """
+
+    log_probs: Tensor
+    target: Tensor
+    decoder_input: Tensor
+    maps: "AttentionMaps | None"
+
+    def target_log_probs(self, pad_id: int) -> Tensor:
+        """``(B, T)`` float32 ``log p(target[b, t])``, 0.0 at padded target positions (``pad_id``)."""
+        gathered = self.log_probs.gather(-1, self.target[..., None]).squeeze(-1)
+        return gathered.masked_fill(self.target == pad_id, 0.0)
+
+
+# -- text -> ids ------------------------------------------------------------------------------------------------
+def cut(ids: Sequence[int], cfg: "TransformerConfig") -> tuple[list[int], bool]:
+    """``(ids[: cfg.max_len - 1] + [eos_id], truncated?)``: the one truncation rule of every source and reference."""
+    limit = cfg.max_len - 1
+    return [int(i) for i in ids[:limit]] + [cfg.eos_id], len(ids) > limit
+
+
+def encode_source(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encoded:
+    """A source text as the encoder is fed it: cleaned, tokenised, cut by :func:`cut`.
+
+    Raises:
+        ValueError: ``text`` is not a string or is empty / whitespace-only.
+    """
+    cleaned = clean_text(text)
+    ids, truncated = cut(tokenizer.encode(cleaned), cfg)
+    return Encoded(ids, truncated, cleaned)
+
+
+def encode_reference(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encoded:
+    """A reference translation as the decoder predicts it (teacher forcing): the same rule as
+    :func:`encode_source` (the decoder is fed :func:`decoder_input_ids` of these ids).
+
+    Raises:
+        ValueError: ``text`` is not a string or is empty / whitespace-only.
+    """
+    return encode_source(tokenizer, cfg, text)
+
+
+def encode_many(tokenizer: Any, cfg: "TransformerConfig", texts: Sequence[str]) -> list[list[int]]:
+    """Ids of already clean corpus lines (validation, the training data), each cut by :func:`cut`; an empty
+    line gives ``[]`` (no ``</s>``: callers drop it). ``tokenizer.encode_batch`` is used when it exists."""
+    rows = tokenizer.encode_batch(list(texts)) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
+    return [cut(r, cfg)[0] if len(r) else [] for r in rows]
+
+
+# -- the decoder input ------------------------------------------------------------------------------------------
+def decoder_input_ids(cfg: "TransformerConfig", target: Sequence[int]) -> list[int]:
+    """``[cfg.decoder_start_id] + target[:-1]``: what the decoder is fed to predict ``target`` (T,) (Section 3.1)."""
+    return [cfg.decoder_start_id] + [int(i) for i in list(target)[:-1]]
+
+
+def shift_right(cfg: "TransformerConfig", target: Tensor) -> Tensor:
+    """:func:`decoder_input_ids` of a padded batch: ``target`` ``(B, T)`` int64 (``pad_id`` after each row's end)
+    -> ``(B, T)``: ``decoder_start_id`` then the row shifted right, ``pad_id`` wherever ``target`` is padding
+    (so the maps' target lengths count the real positions only). The training collate
+    (:func:`aiayn.training.loader.collate_buffer`) builds the same in numpy."""
+    dec = torch.empty_like(target)
+    dec[:, 0] = cfg.decoder_start_id
+    dec[:, 1:] = target[:, :-1]
+    return dec.masked_fill(target == cfg.pad_id, cfg.pad_id)
+
+
+def batch(cfg: "TransformerConfig", rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
+    """Id lists as one ``(B, max length)`` int64 tensor on ``device``, padded with ``cfg.pad_id``."""
+    return torch.from_numpy(pad_ids([list(r) for r in rows], cfg.pad_id)).to(device)
+
+
+# -- precision --------------------------------------------------------------------------------------------------
+def autocast_for(device: torch.device | str, enabled: bool = True) -> contextlib.AbstractContextManager:
+    """The precision of an inference pass: bf16 autocast on CUDA when ``enabled``, else float32 (a disabled
+    autocast, also on the CPU, where bf16 is only faster on some CPUs and changes the maps).
+
+    The Translator asks for it (``enabled=True``) so that the explorer, ablation and the sweep see the same
+    numbers on the same device; training-time recorders and validation pass ``enabled=False`` (float32 maps
+    comparable across runs and machines). Training's own mixed precision is :func:`aiayn.training.loop.autocast_for`.
+    """
+    dev = torch.device(device)
+    if enabled and dev.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast(dev.type if dev.type in ("cpu", "cuda") else "cpu", enabled=False)
+
+
+# -- the teacher-forced pass ------------------------------------------------------------------------------------
+def teacher_forced(model: "Transformer", src: Tensor, target: Tensor, *, head_mask: Any = None,
+                   return_attention: bool = False, return_scores: bool = False, amp: bool = False) -> Forced:
+    """Feed ``target`` shifted right (:func:`shift_right`) to the decoder over ``src``, as in training
+    (Section 3.1), under ``torch.inference_mode()``; the model's train/eval mode is not changed.
+
+    Args:
+        model: the :class:`~aiayn.model.transformer.Transformer`.
+        src: ``(B, S)`` int64 source ids, each ending with ``</s>``, padded with ``pad_id``.
+        target: ``(B, T)`` int64 ids to predict, each ending with ``</s>``, padded with ``pad_id``.
+        head_mask: ``(3, L, H)`` head ablation mask (index 0 encoder, 1 decoder self, 2 cross attention; see
+            :meth:`~aiayn.model.transformer.Transformer.check_head_mask`), or None.
+        return_attention: also return the maps (the exact capture path); ``return_scores`` adds the
+            pre-softmax scores.
+        amp: bf16 autocast on CUDA (:func:`autocast_for`); log-probabilities and maps come back float32 anyway.
+
+    Returns:
+        :class:`Forced` on the model's device.
+
+    Raises:
+        ValueError: ``src`` / ``target`` malformed (shape, dtype, ids outside the vocabulary, longer than
+            ``max_len``), a target with no position, a bad ``head_mask``.
+    """
+    if not isinstance(target, Tensor) or target.dim() != 2 or target.size(1) == 0:
+        raise ValueError(f"target must be a (B, T) id tensor with T >= 1, got {getattr(target, 'shape', type(target))}")
+    head_mask = model.check_head_mask(head_mask)
+    dec = shift_right(model.cfg, target)
+    capture = return_attention or return_scores
+    with torch.inference_mode(), autocast_for(src.device, amp):
+        out = model(src, dec, return_attention=capture, return_scores=return_scores, head_mask=head_mask)
+        logits, maps = out if capture else (out, None)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        if maps is not None:
+            maps = maps.to(src.device)
+    return Forced(log_probs, target, dec, maps)
+
+
+def teacher_forced_ids(model: "Transformer", src_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]],
+                       **kwargs: Any) -> Forced:
+    """:func:`teacher_forced` of id lists (sources and targets each ending with ``</s>``), padded into one batch on
+    the model's device; keyword arguments as :func:`teacher_forced`.
+
+    Raises:
+        ValueError: different numbers of sources and targets, an empty target, and as :func:`teacher_forced`.
+    """
+    if len(src_ids) != len(target_ids):
+        raise ValueError(f"{len(src_ids)} sources but {len(target_ids)} targets")
+    if not len(target_ids) or any(len(t) == 0 for t in target_ids):
+        raise ValueError("a target is empty: there is no position to predict")
+    cfg, device = model.cfg, model.device
+    return teacher_forced(model, batch(cfg, src_ids, device), batch(cfg, target_ids, device), **kwargs)
+
+
+def probabilities(forced: Forced, lengths: Sequence[int]) -> list[np.ndarray]:
+    """Per-sentence next-piece probabilities: ``exp(log_probs)`` of row i cut to its ``lengths[i]`` real
+    positions, a list of ``(T_i, V)`` float32 numpy arrays on the CPU."""
+    probs = forced.log_probs.exp().cpu().numpy()
+    return [probs[i, :n] for i, n in enumerate(lengths)]
