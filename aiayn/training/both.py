@@ -474,6 +474,72 @@ def _log_tail(path: Path, n: int = 6) -> str:
     return "\n".join("    " + line for line in lines[-n:])
 
 
+def _run_directions(plan: dict[str, Any], kids: _Children, results: dict[str, dict[str, Any]], deadline: float) -> None:
+    """Run every direction's job in a thread of its own until all end; Ctrl-C or SIGTERM stops the children."""
+    def on_signal(signum, frame):  # noqa: ARG001
+        kids.stop.set()
+
+    in_main = threading.current_thread() is threading.main_thread()  # signal handlers can only be set there
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    try:
+        jobs = [threading.Thread(target=_direction_job, args=(d, plan, kids, results, deadline), daemon=True, name=d)
+                for d in plan["directions"]]
+        for j in jobs:
+            j.start()
+        stopping = False
+        while any(j.is_alive() for j in jobs):
+            for j in jobs:
+                j.join(timeout=0.2)
+            if kids.stop.is_set() and not stopping:
+                stopping = True
+                print("aiayn train-both: stopping the children (the run states saved so far are kept)...", file=sys.stderr,
+                      flush=True)
+                kids.terminate_all()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _summary(plan: dict[str, Any], results: dict[str, dict[str, Any]], started: float, code: int,
+             interrupted: bool, failed: tuple[str, ...]) -> dict[str, Any]:
+    """What ``summary.json`` holds: the recipe, the budget, and per direction its stages, status and scores."""
+    return {"format": "aiayn-train-both", "format_version": 1,
+            "status": "interrupted" if interrupted else ("failed" if failed else "ok"), "exit_code": code,
+            "recipe": plan["recipe_name"], "preset": plan["recipe"]["preset"],
+            "model_overrides": plan["recipe"]["model"], "train_settings": plan["recipe"]["train"],
+            "average_last": plan["recipe"]["average_last"], "data_dir": str(plan["data"]), "device": plan["device"],
+            "hardware": plan["hardware"], "threads_per_child": plan["threads"],
+            "budget": {"max_minutes": plan["max_minutes"], "reserve_minutes": plan["reserve"],
+                       "train_max_minutes": plan["train_minutes"] or None},
+            "started_utc": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "elapsed_minutes": (time.time() - started) / 60, "directions": results}
+
+
+def _finish(plan: dict[str, Any], results: dict[str, dict[str, Any]], started: float, interrupted: bool) -> int:
+    """Read back each direction's files, write and print the summary, say what failed; returns the exit code."""
+    from ..files import atomic_write_text
+
+    out = plan["out"]
+    failed = tuple(d for d in DIRECTIONS if d in results and results[d].get("failed"))
+    for d in plan["directions"]:
+        results[d].update(direction_summary(out, d, results[d]["stages"]))
+        results[d]["status"] = (f"failed: {results[d]['failed']}" if results[d].get("failed")
+                                else f"interrupted: {results[d]['interrupted']}" if results[d].get("interrupted") else "ok")
+    code = EXIT_INTERRUPTED if interrupted else EXIT_FAILED.get(failed, 0)
+    summary = _summary(plan, results, started, code, interrupted, failed)
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    print("\n" + summary_table(summary))
+    print(f"\nwrote {out / 'summary.json'}; checkpoints in {out / 'checkpoints'}")
+    for d in failed:
+        stage, log = results[d]["failed"], out / "logs" / f"{d}.log"
+        print(f"aiayn train-both: {d} failed at {stage} (exit code {results[d]['stages'].get(stage, '?')}); "
+              f"the end of {log}:\n{_log_tail(log)}", file=sys.stderr)
+    if interrupted:
+        print("aiayn train-both: interrupted; to continue a run: "
+              + "; ".join(f"aiayn train --run {out / 'runs' / d} --resume" for d in plan["directions"]), file=sys.stderr)
+    return code
+
+
 def cli_main(argv: list[str]) -> int:
     """``aiayn train-both --data DIR --out OUT [--max-minutes 20] [--recipe gpu-n6|tiny] [--set k=v ...]
     [--train-set k=v ...] [--device auto|cpu|cuda[:N]] [--no-sweep]``, or ``aiayn train-both --pack DATA OUT.tar.gz``.
@@ -503,59 +569,8 @@ def cli_main(argv: list[str]) -> int:
     print(f"aiayn train-both: recipe {plan['recipe_name']}, device {plan['device']}, {plan['threads']} CPU thread(s) per child, "
           + (f"budget {plan['max_minutes']:g} min (training {plan['train_minutes']:g} min)" if plan["max_minutes"] else "no time budget")
           + f"; logs in {out / 'logs'}", flush=True)
-
-    def on_signal(signum, frame):  # noqa: ARG001
-        kids.stop.set()
-
-    in_main = threading.current_thread() is threading.main_thread()  # signal handlers can only be set there
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    try:
-        jobs = [threading.Thread(target=_direction_job, args=(d, plan, kids, results, deadline), daemon=True, name=d)
-                for d in plan["directions"]]
-        for j in jobs:
-            j.start()
-        stopping = False
-        while any(j.is_alive() for j in jobs):
-            for j in jobs:
-                j.join(timeout=0.2)
-            if kids.stop.is_set() and not stopping:
-                stopping = True
-                print("aiayn train-both: stopping the children (the run states saved so far are kept)...", file=sys.stderr,
-                      flush=True)
-                kids.terminate_all()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    interrupted = kids.stop.is_set()
-    failed = tuple(d for d in DIRECTIONS if d in results and results[d].get("failed"))
-    for d in plan["directions"]:
-        results[d].update(direction_summary(out, d, results[d]["stages"]))
-        results[d]["status"] = (f"failed: {results[d]['failed']}" if results[d].get("failed")
-                                else f"interrupted: {results[d]['interrupted']}" if results[d].get("interrupted") else "ok")
-    code = EXIT_INTERRUPTED if interrupted else EXIT_FAILED.get(failed, 0)
-    summary = {"format": "aiayn-train-both", "format_version": 1,
-               "status": "interrupted" if interrupted else ("failed" if failed else "ok"), "exit_code": code,
-               "recipe": plan["recipe_name"], "preset": plan["recipe"]["preset"],
-               "model_overrides": plan["recipe"]["model"], "train_settings": plan["recipe"]["train"],
-               "average_last": plan["recipe"]["average_last"], "data_dir": str(plan["data"]), "device": plan["device"],
-               "hardware": plan["hardware"], "threads_per_child": plan["threads"],
-               "budget": {"max_minutes": plan["max_minutes"], "reserve_minutes": plan["reserve"],
-                          "train_max_minutes": plan["train_minutes"] or None},
-               "started_utc": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-               "elapsed_minutes": (time.time() - started) / 60, "directions": results}
-    from ..files import atomic_write_text
-
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    print("\n" + summary_table(summary))
-    print(f"\nwrote {out / 'summary.json'}; checkpoints in {out / 'checkpoints'}")
-    for d in failed:
-        stage, log = results[d]["failed"], out / "logs" / f"{d}.log"
-        print(f"aiayn train-both: {d} failed at {stage} (exit code {results[d]['stages'].get(stage, '?')}); "
-              f"the end of {log}:\n{_log_tail(log)}", file=sys.stderr)
-    if interrupted:
-        print("aiayn train-both: interrupted; to continue a run: "
-              + "; ".join(f"aiayn train --run {out / 'runs' / d} --resume" for d in plan["directions"]), file=sys.stderr)
-    return code
+    _run_directions(plan, kids, results, deadline)
+    return _finish(plan, results, started, kids.stop.is_set())
 
 
 if __name__ == "__main__":

@@ -37,18 +37,18 @@ def _scores(eval_path: Path) -> dict[str, Any] | None:
             "dictionary_bleu": base.get("bleu"), "dictionary_chrf": base.get("chrf"), "n_sentences": ev.get("n_sentences")}
 
 
-def post_main(argv: list[str]) -> int:
-    """The post-training child of one direction (``python -m aiayn.training.finish ...``): ``aiayn average``
-    (fp16), ``aiayn evaluate`` on ``test`` (and ``test_general`` when the data has it), ``aiayn card``, and
-    ``aiayn sweep`` unless ``--no-sweep`` or the deadline has passed, all in a temporary folder that replaces
-    ``--checkpoint`` only when average, evaluation and card succeeded. Writes ``--status`` (JSON: each stage's
-    exit code or why it was skipped). Returns 0, or the first failing stage's exit code."""
-    from ..analysis.ablation import main as sweep_main
-    from ..evaluation.modelcard import cli_main as card_main
-    from ..evaluation.scoring import cli_main as evaluate_main
-    from ..files import atomic_dir, atomic_write_text
-    from .export import average_cli_main
+class _StageFailed(Exception):
+    """A required post-training stage (average, evaluation, card) exited non-zero; the message is its name."""
 
+
+def _stage(status: dict[str, Any], name: str, fn, stage_argv: list[str]) -> None:
+    """Run one required stage, record its exit code in ``status``; raises _StageFailed unless it is 0."""
+    status[name] = _call(name, fn, stage_argv)
+    if status[name] != 0:
+        raise _StageFailed(name)
+
+
+def _post_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m aiayn.training.finish")
     ap.add_argument("--run", required=True)
     ap.add_argument("--checkpoint", required=True)
@@ -61,53 +61,72 @@ def post_main(argv: list[str]) -> int:
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--status", required=True)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _general_notes(notes: str, general: dict[str, Any] | None) -> str:
+    """The card's notes, with the general-sentence test split's scores appended when it was evaluated."""
+    if not general:
+        return notes
+    return notes + (
+        f"\n\nGeneral-sentence test split (`test_general.tsv`, {general['n_sentences']} sentences, same decoding): "
+        f"BLEU {general['bleu']:.2f} / chrF {general['chrf']:.2f}"
+        + (f" (dictionary baseline {general['dictionary_bleu']:.2f} / {general['dictionary_chrf']:.2f})"
+           if general.get("dictionary_bleu") is not None else "") + "; see `eval_test_general.json`.")
+
+
+def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], dev: str, status: dict[str, Any]) -> None:
+    """Average, evaluate, card (each required: raises _StageFailed) and the optional sweep, all into ``tmp``."""
+    from ..analysis.ablation import main as sweep_main
+    from ..evaluation.modelcard import cli_main as card_main
+    from ..evaluation.scoring import cli_main as evaluate_main
+    from .export import average_cli_main
+
+    data = Path(args.data)
+    _stage(status, "average", average_cli_main, [args.run, str(tmp), "--last", str(args.last), "--dtype", "float16"])
+    for split in splits:
+        _stage(status, f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
+                                                            "--device", dev, "--no-progress",
+                                                            "--out", str(tmp / f"eval_{split}.json")])
+    general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
+    notes = _general_notes(args.notes, general)
+    _stage(status, "card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
+                                       "--hardware", args.hardware, "--notes", notes.strip()])
+    if args.no_sweep:
+        status["sweep"] = "skipped (--no-sweep)"
+    elif args.deadline and time.time() > args.deadline:
+        status["sweep"] = "skipped: the time budget is spent (run `aiayn sweep --checkpoint DIR` later)"
+    else:
+        status["sweep"] = _call("sweep", sweep_main, ["--checkpoint", str(tmp), "--device", dev])  # optional: kept on failure
+
+
+def post_main(argv: list[str]) -> int:
+    """The post-training child of one direction (``python -m aiayn.training.finish ...``): ``aiayn average``
+    (fp16), ``aiayn evaluate`` on ``test`` (and ``test_general`` when the data has it), ``aiayn card``, and
+    ``aiayn sweep`` unless ``--no-sweep`` or the deadline has passed, all in a temporary folder that replaces
+    ``--checkpoint`` only when average, evaluation and card succeeded. Writes ``--status`` (JSON: each stage's
+    exit code or why it was skipped). Returns 0, or the first failing stage's exit code."""
+    from ..files import atomic_dir, atomic_write_text
+
+    args = _post_parser().parse_args(argv)
     if args.threads > 0:
         import torch
 
         torch.set_num_threads(args.threads)
-    data = Path(args.data)
     final = Path(args.checkpoint)
     dev = "cuda" if args.device.startswith("cuda") else "cpu"  # CUDA_VISIBLE_DEVICES already picked the GPU
     status: dict[str, Any] = {}
-
-    class StageFailed(Exception):
-        pass
-
-    def stage(name: str, fn, stage_argv: list[str]) -> None:
-        status[name] = _call(name, fn, stage_argv)
-        if status[name] != 0:
-            raise StageFailed(name)
-
-    splits = ["test"] + (["test_general"] if (data / "test_general.tsv").is_file() else [])
+    splits = ["test"] + (["test_general"] if (Path(args.data) / "test_general.tsv").is_file() else [])
     try:
         with atomic_dir(final) as tmp:
-            stage("average", average_cli_main, [args.run, str(tmp), "--last", str(args.last), "--dtype", "float16"])
-            for split in splits:
-                stage(f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
-                                                           "--device", dev, "--no-progress", "--out", str(tmp / f"eval_{split}.json")])
-            notes = args.notes
-            general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
-            if general:
-                notes += (f"\n\nGeneral-sentence test split (`test_general.tsv`, {general['n_sentences']} sentences, same decoding): "
-                          f"BLEU {general['bleu']:.2f} / chrF {general['chrf']:.2f}"
-                          + (f" (dictionary baseline {general['dictionary_bleu']:.2f} / {general['dictionary_chrf']:.2f})"
-                             if general.get("dictionary_bleu") is not None else "") + "; see `eval_test_general.json`.")
-            stage("card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
-                                      "--hardware", args.hardware, "--notes", notes.strip()])
-            if args.no_sweep:
-                status["sweep"] = "skipped (--no-sweep)"
-            elif args.deadline and time.time() > args.deadline:
-                status["sweep"] = "skipped: the time budget is spent (run `aiayn sweep --checkpoint DIR` later)"
-            else:
-                status["sweep"] = _call("sweep", sweep_main, ["--checkpoint", str(tmp), "--device", dev])  # optional: kept on failure
+            _build_checkpoint(args, tmp, splits, dev, status)
         for split in splits:  # the evaluation names the folder it read; that folder is now the final one
             path = final / f"eval_{split}.json"
             ev = json.loads(path.read_text(encoding="utf-8"))
             ev["checkpoint"] = str(final.resolve())
             atomic_write_text(path, json.dumps(ev, ensure_ascii=False, indent=2) + "\n")
         code = 0
-    except StageFailed as exc:
+    except _StageFailed as exc:
         code = status[str(exc)]
         print(f"{exc} failed (exit code {code}); no checkpoint was written to {final}", file=sys.stderr)
     except KeyboardInterrupt:
