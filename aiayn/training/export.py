@@ -15,6 +15,7 @@ from typing import Any
 
 from ..checkpoint import average_checkpoints, read_config, save_checkpoint
 from ..files import atomic_copy
+from ..lineage import read_run_lineage, run_entry
 from ..model.transformer import Transformer
 from .history import HISTORY_FILE, load_history
 from .state import list_states, read_config_changes
@@ -26,7 +27,8 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
     ``metrics.jsonl`` and ``attention_history.safetensors`` when the run has them (a damaged history is left
     out with a warning; the checkpoint loader ignores the file). The checkpoint's meta holds the direction, the averaged states, step, epoch, training
     wall time (seconds) and tokens, the training configuration, its changes before the exported step and the
-    git commit; ``meta`` adds or overrides keys. Returns ``out_dir`` as a ``Path``.
+    git commit, and its lineage (``meta["lineage"]``, :mod:`aiayn.lineage`: the runs of the parent it was
+    warm-started from, recorded when the run started, then this run); ``meta`` adds or overrides keys. Returns ``out_dir`` as a ``Path``.
 
     Raises:
         FileNotFoundError: the run has no saved state (or no ``train_config.json``).
@@ -52,6 +54,8 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
                                             cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         info["git_commit"] = None
+    own = read_run_lineage(run_dir)  # the parents recorded when the run started, and where it ran
+    info["lineage"] = own["parents"] + [run_entry(tc, st, own["hardware"], info["git_commit"])]
     info.update(meta or {})
     out = save_checkpoint(out_dir, model, spm_model=run_dir / "spm.model", dtype=dtype, meta=info)
     if (run_dir / "metrics.jsonl").is_file():

@@ -31,7 +31,8 @@ from .history import AttentionRecorder
 from .loader import BatchLoader, load_pairs
 from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_groups
 from .recipe import TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
-from .state import init_weights_from, list_states, load_state_into, record_config_change, save_state, truncate_metrics
+from .state import (describe_hardware, init_weights_from, list_states, load_state_into, record_config_change,
+                    record_run_start, save_state, truncate_metrics)
 
 
 @torch.no_grad()
@@ -172,6 +173,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         atomic_write_text(run_dir / "train_config.json", json.dumps(asdict(tc), indent=2))
         atomic_write_text(run_dir / "metrics.jsonl", "")
         atomic_copy(data_dir / "spm.model", run_dir / "spm.model")
+    if rank == 0:  # lineage: the parent's runs (read now, before anything overwrites the parent) and this machine
+        record_run_start(run_dir, tc, describe_hardware(device, tc.threads, world), fresh=not (resume and states))
     # attention of a few curated sentences at every saved state (no RNG drawn, train mode restored: .history)
     recorder = None
     if rank == 0 and tc.record_attention:

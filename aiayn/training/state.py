@@ -2,11 +2,13 @@
 safetensors, RNG states as uint8 tensors, step / epoch / data position in JSON), each written atomically
 (:func:`aiayn.files.atomic_dir`) and pruned to the last ``keep`` so that ``--resume`` continues exactly; the
 warm start from another run's weights (``--init-from``); the record of configuration changes across resumes
-(``config_changes.jsonl``); and the truncation of ``metrics.jsonl`` back to the state a crashed run resumes.
+(``config_changes.jsonl``); the lineage a run inherits from its parent and the hardware it ran on
+(``lineage.json``, :mod:`aiayn.lineage`); and the truncation of ``metrics.jsonl`` back to the state a crashed run resumes.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from ..checkpoint import load_state, load_weights_into, save_checkpoint
 from ..files import atomic_dir, atomic_write_text
+from ..lineage import LINEAGE_FILE, lineage_of, read_run_lineage, run_entry
 from ..model.transformer import Transformer
 from .recipe import TrainConfig
 
@@ -136,6 +139,62 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     except ValueError as exc:
         raise WarmStartError(f"--init-from {src}: its weights do not fit ({exc})") from None
     return weights_file
+
+
+def parent_lineage(source: str | Path) -> list[dict[str, Any]]:
+    """The lineage a warm start from ``source`` inherits (:mod:`aiayn.lineage`), oldest run first: a checkpoint
+    directory's ``meta["lineage"]`` (or the one entry its meta gives); for a run directory or a run state, the
+    run's own parents plus the run itself up to that state. ``[]`` when ``source`` holds no training record."""
+    src = Path(source).expanduser()
+    states = list_states(src) if (src / "train_config.json").is_file() else []
+    if (src / "trainer_state.json").is_file():  # a run state step_*/
+        run, state_dir = src.parent, src
+    elif states:
+        run, state_dir = src, states[-1]
+    else:  # a checkpoint directory
+        try:
+            return lineage_of(json.loads((src / "config.json").read_text(encoding="utf-8")).get("meta"))
+        except (OSError, ValueError, AttributeError):
+            return []
+    try:
+        tc = json.loads((run / "train_config.json").read_text(encoding="utf-8"))
+        st = json.loads((state_dir / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    own = read_run_lineage(run)
+    return own["parents"] + [run_entry(tc, st, own["hardware"])]
+
+
+def describe_hardware(device: torch.device, threads: int, world: int = 1) -> str:
+    """Where a run trains, in words for its lineage: the GPU's name (times ``world`` processes) or the CPU's
+    model, its logical cores and the threads used, and the torch version."""
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device) + (f" x{world}" if world > 1 else "")
+    else:
+        model = ""
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        cores = os.cpu_count()
+        where = f"CPU {model or 'unknown model'} ({cores} logical cores), {threads or torch.get_num_threads()} thread(s)"
+    return f"{where}, torch {torch.__version__}"
+
+
+def record_run_start(run_dir: str | Path, tc: TrainConfig, hardware: str, *, fresh: bool) -> None:
+    """Keep the run's lineage file ``lineage.json`` (:mod:`aiayn.lineage`) current when it starts: a fresh run
+    stores the lineage of its ``--init-from`` parent (:func:`parent_lineage`; read now, since the parent may be
+    overwritten later, e.g. a checkpoint re-exported over the one it started from) and ``hardware``; a resumed
+    run adds ``hardware`` when it differs from what the run already ran on. Atomic rewrite."""
+    path = Path(run_dir) / LINEAGE_FILE
+    data = read_run_lineage(run_dir) if not fresh else {
+        "parents": parent_lineage(tc.init_from) if tc.init_from else [], "hardware": []}
+    if hardware not in data["hardware"]:
+        data["hardware"].append(hardware)
+    atomic_write_text(path, json.dumps(data, indent=1))
 
 
 def record_config_change(run_dir: str | Path, step: int, tc: TrainConfig) -> dict[str, list[Any]]:

@@ -1,0 +1,95 @@
+"""A checkpoint's lineage (aiayn.lineage): recorded when a run starts, carried through `--init-from` and
+`aiayn average`, summed into lifetime totals; the shipped checkpoints' recorded history."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aiayn.lineage import lifetime, lineage_markdown, lineage_of
+from aiayn.training.export import export
+from aiayn.training.loop import train
+from aiayn.training.recipe import TrainConfig
+
+QUIET = lambda *a, **k: None  # noqa: E731
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_tc(data: Path, run: Path, **kw) -> TrainConfig:
+    base = dict(data_dir=str(data), run_dir=str(run), direction="en-de", preset="tiny", model_overrides={"dropout": 0.1},
+                max_tokens=512, accumulation=1, warmup_steps=20, max_steps=3, valid_every=1000, valid_bleu_sentences=0,
+                save_every=1000, keep=2, threads=1, seed=7, token_cache=str(run.parent / "token_cache"),
+                record_attention=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def meta_of(ckpt: Path) -> dict:
+    return json.loads((ckpt / "config.json").read_text())["meta"]
+
+
+def test_lineage_is_carried_through_init_from_and_average(tiny_data, tmp_path):
+    parent_run = tmp_path / "runs" / "parent"
+    train(tiny_tc(tiny_data, parent_run, max_steps=3), log=QUIET)
+    parent = export(parent_run, tmp_path / "ckpt" / "en-de", last=1)
+    pm = meta_of(parent)
+    assert [e["steps"] for e in pm["lineage"]] == [3] and pm["lineage"][0]["init_from"] is None
+    assert pm["lineage"][0]["hardware"].startswith("CPU ") and pm["lineage"][0]["train_tokens"] == pm["train_tokens"] > 0
+
+    # a child warm-started from the exported checkpoint, in the other direction; then the parent checkpoint is
+    # overwritten (as a re-export over the checkpoint a run started from does): the child keeps what it started from
+    child_run = tmp_path / "runs" / "child"
+    train(tiny_tc(tiny_data, child_run, direction="de-en", max_steps=2, init_from=str(parent)), log=QUIET)
+    shutil.rmtree(parent)
+    child = export(child_run, tmp_path / "ckpt" / "de-en", last=1)
+    cm = meta_of(child)
+    assert [(e["run"], e["direction"], e["steps"]) for e in cm["lineage"]] == [("runs/parent", "en-de", 3),
+                                                                                ("runs/child", "de-en", 2)]
+    assert cm["lineage"][1]["init_from"] == "ckpt/en-de" and cm["step"] == 2  # the meta's own step: this run only
+    life = lifetime(cm)
+    assert (life.steps, life.complete) == (5, True)
+    assert life.train_tokens == pm["train_tokens"] + cm["train_tokens"]
+    assert [(s.start, s.last, s.warm) for s in life.stages] == [(0, 3, False), (3, 5, True)]
+
+    # a grandchild started from the child's run directory (its last state) inherits both runs
+    grand_run = tmp_path / "runs" / "grand"
+    train(tiny_tc(tiny_data, grand_run, direction="de-en", max_steps=1, init_from=str(child_run)), log=QUIET)
+    gm = meta_of(export(grand_run, tmp_path / "ckpt" / "grand", last=1))
+    assert [e["steps"] for e in gm["lineage"]] == [3, 2, 1] and lifetime(gm).steps == 6
+
+    # a resumed run keeps its parents and its own totals continue
+    train(tiny_tc(tiny_data, grand_run, direction="de-en", max_steps=2, init_from=str(child_run)), resume=True, log=QUIET)
+    gm2 = meta_of(export(grand_run, tmp_path / "ckpt" / "grand", last=1))
+    assert [e["steps"] for e in gm2["lineage"]] == [3, 2, 2]
+
+
+def test_lineage_of_an_old_checkpoint_and_of_none():
+    old = {"step": 2000, "train_tokens": 7_000_000, "train_wall_time_s": 3600.0, "direction": "en-de",
+           "train_config": {"init_from": "/home/x/checkpoints/en-de", "run_dir": "/home/x/runs/en-de-debian"}}
+    runs = lineage_of(old)
+    assert len(runs) == 1 and runs[0]["init_from"] == "checkpoints/en-de"
+    life = lifetime(old)
+    assert life.steps == 2000 and not life.complete  # an unrecorded parent: the totals are lower bounds
+    assert "at least 2,000" in lineage_markdown(old) and "not recorded" in lineage_markdown(old)
+    scratch = dict(old, train_config={})
+    assert lifetime(scratch).complete and "Lineage" not in lineage_markdown(scratch)
+    assert lifetime({}) is None and lineage_markdown({"lineage": "bad"}) is None and lineage_of(None) == []
+
+
+@pytest.mark.parametrize("direction, steps, runs, hours", [("en-de", 10_000, 2, 6.2), ("de-en", 13_602, 3, 8.1)])
+def test_the_shipped_checkpoints_record_their_whole_history(direction, steps, runs, hours):
+    """docs/training.md: en-de 8,000 steps on Ding, then 2,000 on Ding + Debian; de-en warm-started from the en-de
+    run at step 8,000, 4,000 steps, then 1,602 on Ding + Debian. The last run matches the meta's own numbers."""
+    meta = meta_of(ROOT / "checkpoints" / direction)
+    life = lifetime(meta)
+    assert (life.steps, len(life.stages), life.complete) == (steps, runs, True)
+    assert round(life.wall_time_s / 3600, 1) == hours
+    last = meta["lineage"][-1]
+    assert (last["steps"], last["train_tokens"], last["wall_time_s"]) == (
+        meta["step"], meta["train_tokens"], meta["train_wall_time_s"])
+    assert [s.warm for s in life.stages] == [False] + [True] * (runs - 1)
+    assert life.stages[1].start == 8000 and "Debian" in last["data"] and "Debian" not in meta["lineage"][0]["data"]
+    text = lineage_markdown(meta)
+    assert f"**Training steps:** {steps:,} over {runs} runs" in text and "lifetime step 8,000" in text
