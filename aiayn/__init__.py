@@ -24,7 +24,7 @@ _LAZY: dict[str, str] = {
     "Transformer": ".model.transformer",
     "AttentionMaps": ".model.maps",
     "Translator": ".translator",
-    "Translation": ".translator",
+    "Translation": ".translation",
     "interop": ".interop",
 }
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .model.config import TransformerConfig
     from .model.maps import AttentionMaps
     from .model.transformer import Transformer
-    from .translator import Translation, Translator
+    from .translation import Translation
+    from .translator import Translator
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -16,8 +16,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train-both": ("aiayn.training.both", "cli_main", "train en-de and de-en side by side in a time budget, then average, evaluate, card (one GPU session)"),
     "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
+    "evaluate-dev": ("aiayn.evaluation.devsets", "cli_main", "BLEU and chrF on the project's development sets (assets/devsets: short, long, classic)"),
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),
-    "translate": ("aiayn.translator", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),
+    "translate": ("aiayn.translate_cli", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),
     "bench": ("benchmarks.__main__", "main", "speed and memory against torch.nn.Transformer"),
     "sweep": ("aiayn.analysis.ablation", "main", "head-ablation sweep of a checkpoint into its head_sweep.json (Michel et al. 2019)"),
 }

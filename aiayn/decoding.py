@@ -23,7 +23,9 @@ once and passed to the encoder and to every decoding step, with or without the c
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,6 +51,52 @@ class Hypothesis:
     score: float
     finished: bool
     attention: AttentionMaps | None = None
+
+
+#: beam option -> (name in messages, command-line flag, the rule it breaks)
+_BEAM_OPTIONS = {
+    "beam_size": ("beam_size", "--beam-size", "must be >= 1 (a whole number; paper: 4)"),
+    "length_penalty": ("length_penalty (alpha)", "--alpha",
+                       "must be a finite number >= 0 (paper: 0.6; 0 disables the length penalty)"),
+    "max_len": ("max_len", "--max-len", "must be >= 1 (a whole number of output pieces)"),
+    "n_best": ("n_best", "--n-best", "must be >= 1 (a whole number)"),
+}
+
+
+def _valid_beam_option(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if name == "length_penalty":
+        return isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    return isinstance(value, int) and value >= 1
+
+
+def beam_option_error(*, cli: bool = False, **options: Any) -> str | None:
+    """The message for the first bad beam option among ``beam_size``, ``length_penalty`` (alpha), ``max_len`` and
+    ``n_best`` (keywords; a None value is not checked), or None when all are valid. ``cli`` names the command-line
+    flags (``--beam-size``, ``--alpha``, ``--max-len``, ``--n-best``) instead of the keywords.
+
+    Raises:
+        TypeError: an option that is not one of the four.
+    """
+    for name, value in options.items():
+        if name not in _BEAM_OPTIONS:
+            raise TypeError(f"unknown beam option {name!r}; known: {', '.join(_BEAM_OPTIONS)}")
+        if value is not None and not _valid_beam_option(name, value):
+            label, flag, rule = _BEAM_OPTIONS[name]
+            return f"{flag if cli else label} {rule}, got {value!r}"
+    return None
+
+
+def check_beam_options(**options: Any) -> None:
+    """:func:`beam_option_error` as an exception.
+
+    Raises:
+        ValueError: a bad option (the message names it).
+    """
+    message = beam_option_error(**options)
+    if message:
+        raise ValueError(message)
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -220,9 +268,8 @@ def beam_search(
     Raises:
         ValueError: ``beam_size < 1``, ``n_best`` outside ``[1, beam_size]`` or a bad ``head_mask``.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not 1 <= n_best <= beam_size:
+    check_beam_options(beam_size=beam_size, length_penalty=length_penalty_alpha, max_len=max_len, n_best=n_best)
+    if n_best > beam_size:
         raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
     cfg = model.cfg
     B, K = src.size(0), beam_size

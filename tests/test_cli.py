@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from aiayn.cli import main as aiayn_main
-from aiayn.translator import cli_option_error, pick_device
+from aiayn.decoding import beam_option_error
+from aiayn.devices import pick_device
 
 
 def _run(argv, capsys):
@@ -77,13 +78,19 @@ def test_pick_device_checks_what_exists():
         pick_device(f"cuda:{torch.cuda.device_count() + 3}")
 
 
-def test_cli_option_error_by_hand():
-    assert cli_option_error(beam_size=4, alpha=0.6, max_len=None) is None
-    assert cli_option_error(alpha=0.0) is None
-    assert "--alpha" in cli_option_error(alpha=-0.1)
-    assert "--alpha" in cli_option_error(alpha=math.inf)
-    assert "--beam-size" in cli_option_error(beam_size=0)
-    assert "--max-len" in cli_option_error(max_len=-1)
+def test_beam_option_error_by_hand():
+    """One check for the command lines (flags) and the library (keywords)."""
+    assert beam_option_error(beam_size=4, length_penalty=0.6, max_len=None, cli=True) is None
+    assert beam_option_error(length_penalty=0.0, cli=True) is None
+    assert "--alpha" in beam_option_error(length_penalty=-0.1, cli=True)
+    assert "--alpha" in beam_option_error(length_penalty=math.inf, cli=True)
+    assert "--beam-size" in beam_option_error(beam_size=0, cli=True)
+    assert "--max-len" in beam_option_error(max_len=-1, cli=True)
+    assert beam_option_error(n_best=0).startswith("n_best must be >= 1")
+    assert beam_option_error(beam_size=True).startswith("beam_size must be >= 1")
+    assert beam_option_error(length_penalty="0.6").startswith("length_penalty (alpha) must be a finite number")
+    with pytest.raises(TypeError, match="unknown beam option"):
+        beam_option_error(beam=4)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -97,3 +104,33 @@ def test_cli_option_error_by_hand():
 def test_translator_rejects_bad_decoding_values(tiny_translator, kwargs, message):
     with pytest.raises(ValueError, match=message):
         tiny_translator.translate("hello", **kwargs)
+
+
+def test_translate_direction_contradicting_the_checkpoint_is_one_line_exit_2(tiny_checkpoints, capsys):
+    """The checkpoint records its direction: ``--direction de-en`` with an en-de checkpoint is refused, not
+    silently ignored; the matching direction is accepted."""
+    code, lines = _run(["translate", "--direction", "de-en", "-c", str(tiny_checkpoints / "en-de"), "--device", "cpu",
+                        "hello"], capsys)
+    assert code == 2
+    assert len(lines) == 1 and "--direction de-en contradicts the checkpoint, which translates en-de" in lines[0]
+    assert capsys.readouterr().out == ""
+    code = aiayn_main(["translate", "--direction", "en-de", "-c", str(tiny_checkpoints / "en-de"), "--device", "cpu",
+                       "--beam-size", "1", "--max-len", "3", "hello"])
+    assert code == 0 and len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_translate_piped_input_keeps_one_line_per_line_blank_ones_too(tiny_checkpoints, capsys, monkeypatch):
+    import io
+
+    from aiayn import Translator
+
+    lines_in = ["hello", "", "   ", "the house", "good morning"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines_in) + "\n"))
+    code = aiayn_main(["translate", "-c", str(tiny_checkpoints / "en-de"), "--device", "cpu", "--beam-size", "2",
+                       "--max-len", "5"])
+    out = capsys.readouterr().out.split("\n")
+    assert code == 0 and out[-1] == "" and len(out) - 1 == len(lines_in)
+    tr = Translator.load(tiny_checkpoints / "en-de", device="cpu")
+    for text, got in zip(lines_in, out):
+        want = tr.translate(text, beam_size=2, max_len=5, return_attention=False).text if text.strip() else ""
+        assert got == want

@@ -213,30 +213,3 @@ def test_mismatched_tokenizer_is_rejected(tr, tiny_spm):
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=tr.tokenizer.vocab_size + 1))
     with pytest.raises(ValueError, match="vocabulary"):
         Translator(model, Tokenizer.load(tiny_spm))
-
-
-def test_renamed_attributes_warn_and_alias_the_new_fields(tr):
-    """The old names (tgt_tokens, tgt_output_tokens, tgt_ids) are deprecated aliases of the new fields:
-    reading warns and gives the same value, writing warns and sets the new field; constructors refuse them."""
-    from dataclasses import fields, replace
-
-    from aiayn.model.maps import AttentionMaps
-    from aiayn.translator import Translation
-
-    t = tr.translate("The cat sat.", beam_size=1, max_len=4)
-    att = t.attention
-    for obj, old, new in ((t, "tgt_tokens", "output_tokens"), (t, "tgt_ids", "output_ids"),
-                          (att, "tgt_tokens", "decoder_input_tokens"), (att, "tgt_output_tokens", "output_tokens")):
-        with pytest.warns(DeprecationWarning, match=f"{old} is deprecated; use .*{new}"):
-            value = getattr(obj, old)
-        assert value is getattr(obj, new)
-        with pytest.warns(DeprecationWarning, match=old):
-            setattr(obj, old, ["x"])
-        assert getattr(obj, new) == ["x"]
-    assert att.decoder_input_tokens == ["x"] and att.output_tokens == ["x"]
-    with pytest.raises(TypeError):
-        AttentionMaps(tgt_tokens=[["<s>"]])
-    with pytest.raises(TypeError):
-        replace(t, tgt_tokens=["x"])
-    assert {"output_tokens", "output_ids"} <= {f.name for f in fields(Translation)}
-    assert not {"tgt_tokens", "tgt_ids"} & {f.name for f in fields(Translation)}

@@ -11,44 +11,24 @@ them). The optional ``*_scores`` hold the scaled pre-softmax scores ``QK^T / sqr
 Token labels, when known, are per batch item: ``src_tokens[b]`` label encoder keys/queries and cross keys;
 ``decoder_input_tokens[b]`` the pieces fed to the decoder (``<s>`` then the output shifted right: decoder
 queries and keys, cross queries); ``output_tokens[b]`` the piece each decoder position predicted. Lengths
-exclude padding. The old names ``tgt_tokens`` / ``tgt_output_tokens`` remain as deprecated attribute aliases
-(they warn); the constructor accepts only the new keywords.
+exclude padding.
 """
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import torch
 from torch import Tensor
 
-KINDS = ("encoder", "decoder", "cross")
+from .config import KINDS
+
 KIND_TITLES = {
     "encoder": "encoder self-attention",
     "decoder": "masked decoder self-attention",
     "cross": "encoder-decoder (cross) attention",
 }
-
-
-def renamed_attribute(cls_name: str, old: str, new: str) -> property:
-    """A property ``old`` that reads and writes attribute ``new``, emitting ``DeprecationWarning`` each time.
-
-    For renamed dataclass fields kept as deprecated aliases for now (used by :class:`AttentionMaps` and
-    :class:`aiayn.translator.Translation`). Constructors take only the new keyword.
-    """
-    message = f"{cls_name}.{old} is deprecated; use {cls_name}.{new}"
-
-    def fget(self):
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return getattr(self, new)
-
-    def fset(self, value) -> None:
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        setattr(self, new, value)
-
-    return property(fget, fset, doc=f"Deprecated alias of :attr:`{new}` (warns ``DeprecationWarning``).")
 
 
 @dataclass
@@ -67,10 +47,6 @@ class AttentionMaps:
     src_lengths: list[int] | None = None
     tgt_lengths: list[int] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
-
-    # -- deprecated names (issue 12: one vocabulary from model to page); attribute access only ---------------
-    tgt_tokens = renamed_attribute("AttentionMaps", "tgt_tokens", "decoder_input_tokens")
-    tgt_output_tokens = renamed_attribute("AttentionMaps", "tgt_output_tokens", "output_tokens")
 
     # -- access --------------------------------------------------------------------------------------------
     def get(self, kind: str, *, scores: bool = False) -> Tensor:
