@@ -23,7 +23,7 @@ from aiayn.app.history import history_tab
 from aiayn.examples import EXAMPLES
 from aiayn.model.maps import KIND_TITLES
 
-KINDS = ["encoder", "decoder", "cross"]
+from aiayn.model.config import KINDS
 KIND_NAMES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Encoder-decoder (cross)"}
 MODES = ["free", "forced"]
 ctx = ui.setup_page("Attention explorer", icon=":material/search:")

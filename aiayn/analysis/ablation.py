@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only: these import torch / pandas
     from ..translator import Translator
 
 #: the three uses of attention, in head-mask index order (Section 3.2.3)
-KINDS = ("encoder", "decoder", "cross")
+from ..model.config import KINDS  # noqa: E402 - the one tuple, torch-free
 #: file beside each checkpoint holding its sweep
 SWEEP_FILE = "head_sweep.json"
 SWEEP_FORMAT = "aiayn-head-sweep"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # annotations only: aiayn.model.maps imports torch
     from ..model.maps import AttentionMaps
 
 #: the kinds of Section 3.2.3 and the two alignments
-COMPARE_KINDS = ("encoder", "decoder", "cross")
+from ..model.config import KINDS as COMPARE_KINDS  # noqa: E402 - the one tuple, torch-free
 ALIGN_BY = ("position", "pieces")
 
 #: one aligned row or column: its position in sentence a and in sentence b (None: absent there)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: torch and aiayn.model.maps are heavy impo
     from ..model.maps import AttentionMaps
 
 #: the kinds :func:`rollout` knows (those of Section 3.2.3 of Vaswani et al. 2017)
-ROLLOUT_KINDS = ("encoder", "decoder", "cross")
+from ..model.config import KINDS as ROLLOUT_KINDS  # noqa: E402 - the one tuple, torch-free
 
 
 def _lengths(lengths: Sequence[int] | None, B: int, n: int, what: str) -> list[int]:

@@ -32,16 +32,16 @@ _LAZY: dict[str, str] = {
     "DecoderCache": ".transformer",
     "causal_mask": ".transformer",
     "AttentionMaps": ".maps",
-    "KINDS": ".maps",
+    "KINDS": ".config",
 }
 
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .attention import MultiHeadAttention, scaled_dot_product_attention
-    from .config import TransformerConfig
+    from .config import KINDS, TransformerConfig
     from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
-    from .maps import KINDS, AttentionMaps
+    from .maps import AttentionMaps
     from .transformer import DecoderCache, DecoderOutput, EncoderOutput, Transformer, causal_mask
 
 

@@ -99,16 +99,12 @@ def scaled_dot_product_attention(
     return AttentionOutput(out, weights, scores if need_scores else None)
 
 
-#: the three uses of attention in a head mask ``(3, L, H)``, in index order (Section 3.2.3)
-HEAD_MASK_KINDS = ("encoder", "decoder", "cross")
-
-
 def check_head_mask(head_mask: Any, n_layers: int, n_heads: int, *, device: torch.device | str | None = None) -> Tensor:
     """Validate a whole model's head mask and return it as a tensor.
 
     Args:
         head_mask: ``(3, n_layers, n_heads)``: index 0 encoder self-attention, 1 decoder self-attention,
-            2 encoder-decoder (cross) attention (:data:`HEAD_MASK_KINDS`); a bool or floating tensor, or a
+            2 encoder-decoder (cross) attention (:data:`aiayn.model.config.KINDS`); a bool or floating tensor, or a
             list / tuple / numpy array (converted: bool stays bool, numbers become float32). 1/True keeps a
             head, 0/False removes its output, a float scales it.
         n_layers, n_heads: the model's ``N`` and ``h``.

@@ -18,6 +18,10 @@ _POSITIONAL_LAYOUTS = ("interleaved", "concatenated")
 _ACTIVATIONS = ("relu", "gelu", "swish")
 #: the token fed first to the decoder: "bos" (ours) or "pad" (Marian / Opus-MT)
 _DECODER_STARTS = ("bos", "pad")
+#: the three uses of attention (Section 3.2.3) in the order of AttentionMaps' fields and of a head mask's first axis:
+#: encoder self-attention, masked decoder self-attention, encoder-decoder (cross) attention. Here, without torch, so
+#: that the torch-free analysis and the pages share the one tuple.
+KINDS = ("encoder", "decoder", "cross")
 
 #: Table 3 of the paper. "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1;
 #: "big": d_model=1024, d_ff=4096, h=16, P_drop=0.3. "tiny" is ours, for tests and demos.

@@ -41,7 +41,7 @@ HISTORY_FILE = "attention_history.safetensors"
 FORMAT = "aiayn-attention-history"
 VERSION = 1
 META_KEY = "aiayn_history"
-KINDS = ("encoder", "decoder", "cross")
+from ..model.config import KINDS  # noqa: E402 - the one tuple, torch-free
 #: curated sentences recorded (the first ones of the run's direction)
 N_SENTENCES = 4
 #: most states kept in the file
