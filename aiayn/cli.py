@@ -14,13 +14,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("aiayn.data.prepare", "cli_main", "obtain and prepare parallel data (Ding, Debian packages, TSV, Moses) and the SentencePiece model"),
     "train": ("aiayn.training.cli", "cli_main", "train a Transformer with the paper's recipe (Section 5); torchrun for DDP"),
     "train-both": ("aiayn.training.both", "cli_main", "train en-de and de-en side by side in a time budget, then average, evaluate, card (one GPU session)"),
+    "train-on": ("aiayn.training.continuous", "cli_main", "go on training a shipped model until a deadline, then average, evaluate on the test split and dev sets, judge"),
     "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
     "evaluate-dev": ("aiayn.evaluation.devsets", "cli_main", "BLEU and chrF on the project's development sets (assets/devsets: short, long, classic)"),
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),
     "translate": ("aiayn.translate_cli", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),
     "bench": ("benchmarks.__main__", "main", "speed and memory against torch.nn.Transformer"),
-    "sweep": ("aiayn.analysis.ablation", "main", "head-ablation sweep of a checkpoint into its head_sweep.json (Michel et al. 2019)"),
+    "sweep": ("aiayn.sweep", "cli_main", "head-ablation sweep of a checkpoint into its head_sweep.json (Michel et al. 2019)"),
 }
 
 

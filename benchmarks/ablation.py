@@ -21,7 +21,8 @@ SENTENCE = "I would like to buy a new car."
 
 def run(ctx) -> list:
     """The ``ablation`` group (see the module docstring)."""
-    from aiayn.analysis.ablation import forced_maps, head_mask_array
+    from aiayn.analysis.ablation import head_mask_array
+    from aiayn.sweep import forced_maps
 
     from .decode import load_subject
     from .report import Row, na

@@ -12,10 +12,8 @@ import pytest
 import torch
 from tiny_models import perturbed_tiny_model
 
-from aiayn.analysis.ablation import (
-    cached_head_sweep, format_heads, forced_maps, head_mask_array, head_sweep, load_sweep, maps_difference_frame,
-    parse_heads, sweep_path,
-)
+from aiayn.analysis.ablation import format_heads, head_mask_array, maps_difference_frame, parse_heads
+from aiayn.sweep import cached_head_sweep, forced_maps, head_sweep, load_sweep, sweep_path
 from aiayn.decoding import beam_search, greedy_decode
 from aiayn.model.attention import MultiHeadAttention
 

@@ -54,8 +54,9 @@ def assert_same_up_to_rounding(a, b, *, exact: bool = False):
 # -- explain_batch ---------------------------------------------------------------------------------------------------
 def test_a_lone_sentence_is_computed_as_before_bit_for_bit(shipped, lone):
     """explain() now runs through explain_batch; a batch of one must give exactly what the unbatched path gave: the
-    beam search of translate() and a plain teacher-forced softmax written out here (no padding, no slicing), and
-    the queue must hand a lone caller that same result."""
+    beam search of translate(), the probabilities of a plain teacher-forced softmax written out here (no padding,
+    no slicing; aiayn.calls takes exp of a log-softmax, so equal up to float32 rounding), and the queue must hand a
+    lone caller that same result."""
     import torch
 
     s = SENTENCES[3]
@@ -70,7 +71,7 @@ def test_a_lone_sentence_is_computed_as_before_bit_for_bit(shipped, lone):
         logits = shipped.model(torch.tensor([t.src_ids]), torch.tensor([[cfg.decoder_start_id] + t.output_ids[:-1]]))
     probs = torch.softmax(logits[0].float(), dim=-1).numpy()
     chosen = probs[np.arange(len(t.output_ids)), t.output_ids]
-    assert np.array_equal(one.next_pieces.chosen_prob, chosen.astype(np.float32))
+    np.testing.assert_allclose(one.next_pieces.chosen_prob, chosen.astype(np.float32), rtol=1e-5, atol=1e-9)
     assert_same_up_to_rounding(DecodeQueue(shipped).explain(s), lone[s], exact=True)
 
 

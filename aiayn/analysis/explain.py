@@ -5,7 +5,7 @@ a teacher-forced pass over the model's own output for the next-piece probabiliti
 reference fed to the decoder, as in training), and to return one :class:`~aiayn.translator.Translation`
 holding everything the app shows: pieces (``src_tokens``, ``decoder_input_tokens``, ``output_tokens``), the
 B=1 :class:`~aiayn.model.maps.AttentionMaps` on the CPU, and the top-k next pieces at every step
-(:class:`~aiayn.translator.NextPieces`). Torch is imported inside the functions, so that
+(:class:`~aiayn.translation.NextPieces`). Torch is imported inside the functions, so that
 ``import aiayn.analysis`` stays light.
 """
 from __future__ import annotations
@@ -15,15 +15,17 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..translation import NextPieces
 from .stats import top_k
 
 if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
-    from ..translator import Translation, Translator
+    from ..translation import Translation
+    from ..translator import Translator
 
 
 def forced_probs(tr: "Translator", src_ids: Sequence[int], output_ids: Sequence[int], *,
                  head_mask: Any = None) -> np.ndarray:
-    """Next-piece probabilities ``(T, V)`` float32 when the decoder is fed ``<s>`` + ``output_ids[:-1]``.
+    """Next-piece probabilities ``(T, V)`` float32 when the decoder is fed the start piece + ``output_ids[:-1]``.
 
     Row i is the model's distribution (softmax of the output layer, Section 3.4) for the piece at position
     i. Because the decoder is causally masked (Section 3.2.3), feeding the model's own output reproduces the
@@ -36,30 +38,21 @@ def forced_probs(tr: "Translator", src_ids: Sequence[int], output_ids: Sequence[
 
 def forced_probs_batch(tr: "Translator", src_ids: Sequence[Sequence[int]], output_ids: Sequence[Sequence[int]], *,
                        head_mask: Any = None) -> list[np.ndarray]:
-    """:func:`forced_probs` of several sentences in one padded forward pass: a list of ``(T_i, V)`` float32.
+    """:func:`forced_probs` of several sentences in one padded teacher-forced pass
+    (:func:`aiayn.calls.teacher_forced_ids`, with the Translator's precision): a list of ``(T_i, V)`` float32.
 
-    Sources and decoder inputs are padded with ``pad_id`` (never attended to); row ``i`` of the result keeps only
-    its ``T_i`` real positions. One sentence gives exactly :func:`forced_probs`; in a batch the probabilities
-    differ from a lone pass by float32 rounding only (about 1e-7: other matrix shapes, padded keys).
+    Row ``i`` of the result keeps only its ``T_i`` real positions. One sentence gives exactly :func:`forced_probs`;
+    in a batch the probabilities differ from a lone pass by float32 rounding only (other matrix shapes, padded keys).
 
     Raises:
         ValueError: ``src_ids`` and ``output_ids`` differ in length, or an output is empty.
     """
-    import torch  # function-level: keeps ``import aiayn.analysis`` free of torch
+    from .. import calls  # function-level: keeps ``import aiayn.analysis`` free of torch
 
-    from ..data.batching import pad_ids
-
-    if len(src_ids) != len(output_ids):
-        raise ValueError(f"{len(src_ids)} sources but {len(output_ids)} outputs")
     if any(len(o) == 0 for o in output_ids):
         raise ValueError("an output is empty: there is no position to predict")
-    start, pad = tr.cfg.decoder_start_id, tr.cfg.pad_id
-    src = torch.from_numpy(pad_ids([list(s) for s in src_ids], pad)).to(tr.device)
-    dec = torch.from_numpy(pad_ids([[start] + list(o)[:-1] for o in output_ids], pad)).to(tr.device)
-    with torch.inference_mode():
-        logits = tr.model(src, dec, head_mask=head_mask)
-        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
-    return [probs[i, :len(o)] for i, o in enumerate(output_ids)]
+    forced = calls.teacher_forced_ids(tr.model, src_ids, output_ids, head_mask=head_mask, amp=True)
+    return calls.probabilities(forced, [len(o) for o in output_ids])
 
 
 def explain(
@@ -142,7 +135,6 @@ def explain_batch(
 def _explained(tr: "Translator", t: "Translation", probs: np.ndarray | None, k: int) -> "Translation":
     """``t`` with its attention on the CPU and its top-``k`` next pieces from ``probs`` ``(T, V)`` (None: an empty
     output, said in ``next_pieces_note``)."""
-    from ..translator import NextPieces  # function-level: aiayn.translator imports torch
 
     next_pieces, note = None, None
     if probs is None:

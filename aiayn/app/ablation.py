@@ -14,12 +14,10 @@ import numpy as np
 import streamlit as st
 
 from ..analysis import view_stack
-from ..analysis.ablation import (
-    KINDS, Head, cached_head_sweep, forced_maps, format_heads, head_mask_array, load_sweep, maps_difference_frame,
-    parse_heads, reference_logprob, sentence_chrf,
-)
+from ..analysis.ablation import KINDS, Head, format_heads, head_mask_array, maps_difference_frame, parse_heads, sentence_chrf
 from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatmap, mark_heads, sweep_figure
 from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
+from ..sweep import cached_head_sweep, forced_maps, load_sweep, reference_logprob
 from .charts import show_figure
 from .downloads import download_buttons
 from .models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
@@ -103,7 +101,7 @@ def _compared(direction: str, ckpt: str, stamp: str, src_ids: tuple, output_ids:
 
 def compared_maps(direction: str, src_ids, output_ids, mask) -> tuple[Any, Any]:
     """``(intact, ablated)`` :class:`~aiayn.model.maps.AttentionMaps` teacher-forced over the same ids
-    (:func:`aiayn.analysis.ablation.forced_maps`), cached per checkpoint, ids and mask."""
+    (:func:`aiayn.sweep.forced_maps`), cached per checkpoint, ids and mask."""
     path = checkpoint_path(direction)
     return _compared(direction, str(path), checkpoint_stamp(path), tuple(int(i) for i in src_ids),
                      tuple(int(i) for i in output_ids), head_mask_key(mask))
@@ -190,7 +188,7 @@ def _fresh_sweep(direction: str, ckpt: str, stamp: str, pairs: tuple, beam_size:
 
 
 def sweep_view(ctx, pairs: list[tuple[str, str]], *, beam_size: int = 4) -> None:
-    """The sweep (:func:`aiayn.analysis.ablation.head_sweep`) of the direction's checkpoint: read from its
+    """The sweep (:func:`aiayn.sweep.head_sweep`) of the direction's checkpoint: read from its
     ``head_sweep.json`` when fresh, else computed on request with a progress bar; a layer x head heatmap per
     kind of a chosen metric (in the URL, ``metric``), the table and CSV/JSON downloads."""
     path = checkpoint_path(ctx.direction)

@@ -77,7 +77,7 @@ def _general_notes(notes: str, general: dict[str, Any] | None) -> str:
 
 def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], dev: str, status: dict[str, Any]) -> None:
     """Average, evaluate, card (each required: raises _StageFailed) and the optional sweep, all into ``tmp``."""
-    from ..analysis.ablation import main as sweep_main
+    from ..sweep import cli_main as sweep_main
     from ..evaluation.modelcard import cli_main as card_main
     from ..evaluation.scoring import cli_main as evaluate_main
     from .export import average_cli_main
