@@ -15,6 +15,7 @@ from aiayn import app as ui
 from aiayn.model.config import TransformerConfig
 from aiayn.figures import labs
 from aiayn.evaluation.modelcard import config_change_notes
+from aiayn.lineage import lifetime, lineage_markdown
 from aiayn.training.recipe import noam_lr
 
 
@@ -79,6 +80,19 @@ else:
 
 # -- 3. training curves ---------------------------------------------------------------------------------------------
 st.header("3 · Training curves")
+try:  # every run the weights descend from (config.json only; no torch)
+    lineage_meta = ui.checkpoint_info(ctx.direction).meta
+except ui.ModelUnavailable:
+    lineage_meta = {}
+runs = lessons.lineage_table(lineage_meta)
+life = lifetime(lineage_meta)
+if life is not None and (len(runs) > 1 or life.warm_starts):
+    st.markdown(lineage_markdown(lineage_meta).split("  \n")[0])
+    st.dataframe(runs, hide_index=True)
+    start = life.stages[-1].start
+    st.caption("The curves below are the last run's log (`metrics.jsonl`): its step 0 is "
+               + (f"lifetime step {start:,}, " if start else "") + "the weights of a trained parent, not a random "
+               "start; the earlier runs' logs do not ship with this checkpoint.")
 log_path = ctx.checkpoint / "metrics.jsonl"
 try:
     mdf, notes = metrics(str(log_path), log_path.stat().st_mtime if log_path.is_file() else 0.0)
@@ -90,13 +104,14 @@ for n in notes:
 if mdf is not None:
     last = mdf.iloc[-1]
     cols = st.columns(4)
-    cols[0].metric("steps logged", f"{int(last['step']):,}")
+    last_run = " (last run)" if life is not None and len(life.stages) > 1 else ""
+    cols[0].metric("steps logged" + last_run, f"{int(last['step']):,}")
     if "valid_bleu" in mdf and mdf["valid_bleu"].notna().any():
         cols[1].metric("best valid BLEU", f"{mdf['valid_bleu'].max():.2f}")
     if "valid_loss" in mdf and mdf["valid_loss"].notna().any():
         cols[2].metric("last valid loss", f"{mdf['valid_loss'].dropna().iloc[-1]:.3f}")
     if "wall_time" in mdf and pd.notna(last.get("wall_time")):
-        cols[3].metric("wall time", f"{last['wall_time'] / 3600:.2f} h")
+        cols[3].metric("wall time" + last_run, f"{last['wall_time'] / 3600:.2f} h")
     try:  # recipe changes of a resumed run, drawn on the curves (config.json only; no torch)
         meta = ui.checkpoint_info(ctx.direction).meta
         changes = config_change_notes(meta.get("config_changes"), (meta.get("train_config") or {}).get("accumulation"))

@@ -93,3 +93,15 @@ def test_the_shipped_checkpoints_record_their_whole_history(direction, steps, ru
     assert life.stages[1].start == 8000 and "Debian" in last["data"] and "Debian" not in meta["lineage"][0]["data"]
     text = lineage_markdown(meta)
     assert f"**Training steps:** {steps:,} over {runs} runs" in text and "lifetime step 8,000" in text
+
+
+@pytest.mark.parametrize("direction", ["en-de", "de-en"])
+def test_the_shipped_cards_show_the_recorded_lineage(direction):
+    """The cards were edited by hand (`aiayn card` needs the training data): they must say what render_card says."""
+    from aiayn.evaluation.modelcard import lineage_lines
+
+    ckpt = ROOT / "checkpoints" / direction
+    card = (ckpt / "MODEL_CARD.md").read_text()
+    lines = lineage_lines(meta_of(ckpt))
+    assert lines and "\n".join(lines) in card
+    assert "- Steps (this run):" in card and "bf16 autocast on the GPU" not in card

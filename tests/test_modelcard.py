@@ -157,3 +157,52 @@ def test_card_of_a_model_trained_on_ding_and_debian_names_every_licence(tiny_che
     assert "Ding German-English dictionary corpus and the German translations of Debian packages" in first
     ding_only = render_card(tiny_checkpoints / "en-de", None, {"source": {"name": "Ding"}}, [], "cpu").split("\n\n")[1]
     assert "Debian" not in ding_only and "on the Ding German-English dictionary corpus." in ding_only
+
+
+def _with_lineage(tiny_checkpoints, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "de-en"
+    shutil.copytree(tiny_checkpoints / "de-en", ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    meta = cfg.setdefault("meta", {})
+    meta.update(step=1602, epoch=0, train_tokens=5_000_000, train_wall_time_s=3600.0)
+    meta.setdefault("train_config", {})["init_from"] = "checkpoints/de-en"
+    meta["lineage"] = [
+        {"run": "runs/en-de", "direction": "en-de", "init_from": None, "steps": 8000, "train_tokens": 28_000_000,
+         "wall_time_s": 18000.0, "hardware": "CPU A", "data": "Ding", "note": "sessions 1-3"},
+        {"run": "runs/de-en-debian", "direction": "de-en", "init_from": "checkpoints/de-en", "steps": 1602,
+         "train_tokens": 5_000_000, "wall_time_s": 3600.0, "hardware": "CPU B", "data": "Ding + Debian"}]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    return ckpt
+
+
+def test_card_lists_every_run_of_the_lineage_with_lifetime_totals(tiny_checkpoints, tmp_path):
+    text = render_card(_with_lineage(tiny_checkpoints, tmp_path), None, None, [], "cpu")
+    assert "## Lineage" in text and "2 recorded training runs" in text
+    assert "- Steps (this run): 1602" in text and "- Lifetime (2 runs, see Lineage): 9,602 steps, 33,000,000 target tokens" in text
+    assert "| `runs/en-de` | en-de | 1–8,000 | scratch | 28,000,000 | 300 min (5.00 h) | Ding | CPU A |" in text
+    assert "| `runs/de-en-debian` | de-en | 8,001–9,602 | trained parent, lifetime step 8,000 |" in text
+    assert "over 2 runs (9,602 steps in all" in text and "at lifetime step 8,000" in text
+    assert "- `runs/en-de`: sessions 1-3." in text
+    # one run from scratch: no lineage section, no lifetime line
+    plain = render_card(tiny_checkpoints / "en-de", None, None, [], "cpu")
+    assert "## Lineage" not in plain and "Lifetime" not in plain and "(this run)" not in plain
+
+
+def test_card_does_not_read_no_gpu_as_a_gpu(tiny_checkpoints):
+    text = render_card(tiny_checkpoints / "en-de", None, None, [], "2-core CPU VM; no GPU was available to this session")
+    assert "bf16 autocast on the GPU" not in text
+
+
+def test_render_card_and_its_parts_stay_short():
+    """The project's limit: no function over 80 lines (docstring excluded)."""
+    import ast
+    import inspect
+
+    from aiayn.evaluation import modelcard
+
+    tree = ast.parse(inspect.getsource(modelcard))
+    for node in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        body = node.body[1:] if ast.get_docstring(node) else node.body
+        assert node.end_lineno - body[0].lineno + 1 <= 80, node.name

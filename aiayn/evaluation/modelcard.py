@@ -15,6 +15,7 @@ from typing import Any
 
 from ..checkpoint_format import CONFIG_FILE
 from ..files import atomic_write_text
+from ..lineage import lifetime
 
 EVERYDAY = {
     "en": ["I have no time.", "The cat sat on the mat.", "Where is the train station?", "We will meet tomorrow morning.",
@@ -70,8 +71,10 @@ def layer_order_note(norm_first: bool) -> str:
 
 
 def _on_gpu(hardware: str) -> bool:
-    """Whether the card's hardware text names a GPU (``aiayn train`` autocasts to bf16 there unless ``--no-amp``)."""
-    return bool(re.search(r"\b(gpu|cuda|nvidia|h100|h200|a100)\b", hardware or "", re.IGNORECASE))
+    """Whether the card's hardware text names a GPU (``aiayn train`` autocasts to bf16 there unless ``--no-amp``);
+    "no GPU" does not count."""
+    said = re.sub(r"\bno (gpu|cuda)\b", "", hardware or "", flags=re.IGNORECASE)  # "no GPU was available"
+    return bool(re.search(r"\b(gpu|cuda|nvidia|h100|h200|a100)\b", said, re.IGNORECASE))
 
 def debian_data_lines(sheet: dict[str, Any], top: int = 12) -> list[str]:
     """The data section of a card for a model trained on ``aiayn data debian`` (Ding plus Debian packages'
@@ -115,27 +118,65 @@ def _short_path(path: str) -> str:
     return "/".join(parts[-2:]) if parts else path
 
 
-def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],
-                hardware: str, notes: str = "") -> str:
-    """The Markdown text of the model card (pure: no I/O besides what is passed in)."""
-    config = json.loads((ckpt / "config.json").read_text())
-    meta, model = config.get("meta", {}), config["model"]
-    tc = meta.get("train_config", {})
+def lineage_lines(meta: dict[str, Any]) -> list[str]:
+    """The card's "Lineage" section (:mod:`aiayn.lineage`): every run the weights descend from, oldest first,
+    with its lifetime steps, where it started, tokens, wall time, data and hardware, and the lifetime totals.
+    ``[]`` when the checkpoint records a single run from scratch (the Training section says it all)."""
+    life = lifetime(meta)
+    if life is None or (len(life.stages) < 2 and not life.warm_starts):
+        return []
+    bound = "" if life.complete else "at least "
+    lines = ["## Lineage", "",
+             f"The weights descend from {len(life.stages)} recorded training run{'s' if len(life.stages) > 1 else ''}"
+             + ("" if life.complete else " and an earlier parent whose training is not recorded")
+             + f"; lifetime totals: {bound}{life.steps:,} steps, "
+             + (f"{bound}{life.train_tokens:,} target tokens, " if life.train_tokens else "")
+             + f"wall time {bound}{_fmt_minutes(life.wall_time_s)}. Each run after the first started from the weights "
+             "the run before it ended with (`--init-from`: weights only; its optimizer, schedule and step count "
+             "started at 0).", "",
+             "| run | direction | lifetime steps | started from | target tokens | wall time | data | hardware |",
+             "|---|---|---|---|---:|---:|---|---|"]
+    for s in life.stages:
+        e = s.entry
+        start = (f"trained parent, lifetime step {s.start:,}" if s.start else
+                 f"`{e['init_from']}` (training not recorded)" if e.get("init_from") else "scratch")
+        tokens = e.get("train_tokens")
+        lines.append(f"| `{e.get('run')}` | {e.get('direction')} | {s.start + 1:,}–{s.last:,} | {start} | "
+                     f"{f'{tokens:,}' if isinstance(tokens, int) else 'unknown'} | {_fmt_minutes(e.get('wall_time_s'))} | "
+                     f"{e.get('data')} | {e.get('hardware')} |")
+    notes = [f"- `{s.entry.get('run')}`: {s.entry['note']}." for s in life.stages if s.entry.get("note")]
+    return lines + ([""] + notes if notes else []) + [""]
+
+
+def _intro_lines(ckpt: Path, config: dict[str, Any], datasheet: dict[str, Any] | None, notes: str) -> list[str]:
+    """Title, the one-sentence summary (how it was started, on what data) and the optional notes."""
+    meta = config.get("meta", {})
     direction = meta.get("direction", ckpt.name)
     src, tgt = direction.split("-") if "-" in direction else ("?", "?")
     names = {"en": "English", "de": "German"}
-    lines = [f"# Model card: aiayn {direction} ({names.get(src, src)} -> {names.get(tgt, tgt)})", ""]
-    init_from = tc.get("init_from") or ""
+    init_from = (meta.get("train_config") or {}).get("init_from") or ""
+    life = lifetime(meta)
     corpus = ("the Ding German-English dictionary corpus and the German translations of Debian packages"
               if (datasheet or {}).get("debian_sources") else "the Ding German-English dictionary corpus")
-    start = (f"trained with `aiayn`, starting from the weights of the run `{_short_path(init_from)}` (warm start, "
-             f"`--init-from`), on {corpus}" if init_from else f"trained from scratch with `aiayn` on {corpus}")
-    lines += [f"A Transformer (Vaswani et al. 2017) {start}. "
-              f"{config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
-              "(`model.safetensors`), joint SentencePiece BPE vocabulary (`spm.model`).", ""]
-    if notes:
-        lines += [notes.strip(), ""]
-    lines += ["## Data and license", ""]
+    if life is not None and len(life.stages) > 1:
+        start = (f"trained with `aiayn` over {len(life.stages)} runs ({life.steps:,} steps in all, see Lineage); its last "
+                 f"run started from the weights of `{_short_path(init_from)}` at lifetime step {life.stages[-1].start:,} "
+                 f"(warm start, `--init-from`) and trained on {corpus}")
+    elif init_from:
+        start = (f"trained with `aiayn`, starting from the weights of the run `{_short_path(init_from)}` (warm start, "
+                 f"`--init-from`), on {corpus}")
+    else:
+        start = f"trained from scratch with `aiayn` on {corpus}"
+    lines = [f"# Model card: aiayn {direction} ({names.get(src, src)} -> {names.get(tgt, tgt)})", "",
+             f"A Transformer (Vaswani et al. 2017) {start}. "
+             f"{config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
+             "(`model.safetensors`), joint SentencePiece BPE vocabulary (`spm.model`).", ""]
+    return lines + ([notes.strip(), ""] if notes else [])
+
+
+def _data_section(datasheet: dict[str, Any] | None) -> list[str]:
+    """The "Data and license" section: Ding alone, or Ding and the Debian packages; the split counts."""
+    lines = ["## Data and license", ""]
     if (datasheet or {}).get("debian_sources"):
         lines += debian_data_lines(datasheet)
     src_info = (datasheet or {}).get("source", {}) if not (datasheet or {}).get("debian_sources") else None
@@ -152,33 +193,54 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
             c = counts.get(name)
             if c:
                 lines.append(f"| {name} | {c.get('pairs', 0):,} | {c.get('sentences', 0):,} | {c.get('phrases', 0):,} |")
-    lines += ["", "Valid and test hold full sentences only; no held-out sentence appears in training, not even inside a longer entry.", ""]
-    lines += ["## Model", "", "| field | value |", "|---|---|"]
+    return lines + ["", "Valid and test hold full sentences only; no held-out sentence appears in training, not even "
+                    "inside a longer entry.", ""]
+
+
+def _model_section(model: dict[str, Any]) -> list[str]:
+    """The "Model" section: the configuration table and the layer order."""
+    lines = ["## Model", "", "| field | value |", "|---|---|"]
     for key in ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "attention_dropout", "vocab_size", "norm_first", "positional",
                 "share_embeddings", "layer_norm_eps", "max_len"):
         lines.append(f"| {key} | {model.get(key)} |")
-    lines += ["", layer_order_note(bool(model.get("norm_first"))) + " Sinusoidal positions (Section 3.5), three-way tied "
-              "embeddings (Section 3.4).", ""]
-    lines += ["## Training", ""]
-    lines += [f"- Recipe (Section 5): Adam (beta1 0.9, beta2 0.98, eps 1e-9), learning rate of Equation 3 with warmup_steps = "
-              f"{tc.get('warmup_steps')} and lr_scale = {tc.get('lr_scale')}, label smoothing epsilon_ls = {tc.get('epsilon_ls')}, "
-              f"P_drop = {model.get('dropout')}, token-count batches of {tc.get('max_tokens')} padded tokens with length bucketing, "
-              f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step"
-              + (f", full-sentence pairs repeated {tc['upsample_sentences']} times" if (tc.get('upsample_sentences') or 1) > 1 else "")
-              + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "")
-              + (", bf16 autocast on the GPU (`--amp`)" if tc.get('amp', True) and _on_gpu(hardware) else "") + ".",
-              *([f"- Warm start: the weights (not the optimizer or schedule, which start at step 0) were copied from "
-                 f"`{_short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
-                 "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
-                 "Bojar 2018)."] if init_from else []),
-              *_config_change_lines(meta.get("config_changes", []), tc.get("accumulation")),
-              f"- Steps: {meta.get('step')} (epoch {meta.get('epoch')}), {meta.get('train_tokens', 0):,} target tokens seen, "
-              f"wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
-              f"- Hardware: {hardware}.",
-              f"- Weights: average of the last {len(meta.get('averaged_states', []))} saved states ({', '.join(meta.get('averaged_states', []))}), "
-              "as in Section 6.1 (the paper averages the last 5 checkpoints).",
-              "- The training curves are in `metrics.jsonl` (step, epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time).", ""]
-    lines += ["## Test-set scores", ""]
+    return lines + ["", layer_order_note(bool(model.get("norm_first"))) + " Sinusoidal positions (Section 3.5), three-way "
+                    "tied embeddings (Section 3.4).", ""]
+
+
+def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str) -> list[str]:
+    """The "Training" section: the recipe, the warm start, resumed-run changes, this run's and the lifetime's
+    steps, tokens and time, hardware, averaged states."""
+    tc = meta.get("train_config", {})
+    init_from = tc.get("init_from") or ""
+    life = lifetime(meta)
+    several = life is not None and len(life.stages) > 1
+    return ["## Training", "",
+            f"- Recipe (Section 5): Adam (beta1 0.9, beta2 0.98, eps 1e-9), learning rate of Equation 3 with warmup_steps = "
+            f"{tc.get('warmup_steps')} and lr_scale = {tc.get('lr_scale')}, label smoothing epsilon_ls = {tc.get('epsilon_ls')}, "
+            f"P_drop = {model.get('dropout')}, token-count batches of {tc.get('max_tokens')} padded tokens with length bucketing, "
+            f"{tc.get('accumulation') or 'derived'} micro-batch(es) per step"
+            + (f", full-sentence pairs repeated {tc['upsample_sentences']} times" if (tc.get('upsample_sentences') or 1) > 1 else "")
+            + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "")
+            + (", bf16 autocast on the GPU (`--amp`)" if tc.get('amp', True) and _on_gpu(hardware) else "") + ".",
+            *([f"- Warm start: the weights (not the optimizer or schedule, which start at step 0) were copied from "
+               f"`{_short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
+               "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
+               "Bojar 2018)."] if init_from else []),
+            *_config_change_lines(meta.get("config_changes", []), tc.get("accumulation")),
+            f"- Steps{' (this run)' if several else ''}: {meta.get('step')} (epoch {meta.get('epoch')}), "
+            f"{meta.get('train_tokens', 0):,} target tokens seen, wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
+            *([f"- Lifetime ({len(life.stages)} runs, see Lineage): {life.steps:,} steps, "
+               f"{life.train_tokens or 0:,} target tokens, wall time {_fmt_minutes(life.wall_time_s)}."] if several else []),
+            f"- Hardware: {hardware}.",
+            f"- Weights: average of the last {len(meta.get('averaged_states', []))} saved states ({', '.join(meta.get('averaged_states', []))}), "
+            "as in Section 6.1 (the paper averages the last 5 checkpoints).",
+            "- The training curves are in `metrics.jsonl` (step, epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time)"
+            + (" for the last run only." if several else "."), ""]
+
+
+def _scores_section(evaluation: dict[str, Any] | None, samples: list[tuple[str, str]]) -> list[str]:
+    """The test-set scores against the dictionary baseline, their signatures, and the sample translations."""
+    lines = ["## Test-set scores", ""]
     if evaluation:
         sc = evaluation.get("scores", {})
         dec = evaluation.get("decoding", {})
@@ -195,15 +257,27 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
         lines += ["Not evaluated yet.", ""]
     if samples:
         lines += ["## Sample translations (beam 4, alpha 0.6)", "", "| input | output |", "|---|---|"]
-        lines += [f"| {a} | {b} |" for a, b in samples]
-        lines.append("")
-    lines += ["## Limitations", "",
-              "- Small model and short training: the corpus is a dictionary (mostly 1-3 word phrases plus ~17k example "
-              "sentences), so the model knows many words but little long-range syntax; longer or unusual sentences "
-              "come out wrong, repeated or truncated. Treat translations as a teaching artefact, not a translation service.",
-              "- Domain: dictionary entries and example sentences; no news, web or dialogue text.",
-              "- Attention maps show what this model attends to; attention is not an explanation of its output.", ""]
-    return "\n".join(lines)
+        lines += [f"| {a} | {b} |" for a, b in samples] + [""]
+    return lines
+
+
+LIMITATIONS = ["## Limitations", "",
+               "- Small model and short training: the corpus is a dictionary (mostly 1-3 word phrases plus ~17k example "
+               "sentences), so the model knows many words but little long-range syntax; longer or unusual sentences "
+               "come out wrong, repeated or truncated. Treat translations as a teaching artefact, not a translation service.",
+               "- Domain: dictionary entries and example sentences; no news, web or dialogue text.",
+               "- Attention maps show what this model attends to; attention is not an explanation of its output.", ""]
+
+
+def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],
+                hardware: str, notes: str = "") -> str:
+    """The Markdown text of the model card (pure: no I/O besides reading ``ckpt/config.json``): intro, data and
+    licence, model, training, lineage (when the weights descend from more than one run), scores, samples, limits."""
+    config = json.loads((ckpt / "config.json").read_text())
+    meta, model = config.get("meta", {}), config["model"]
+    lines = _intro_lines(ckpt, config, datasheet, notes) + _data_section(datasheet) + _model_section(model)
+    lines += _training_section(meta, model, hardware) + lineage_lines(meta)
+    return "\n".join(lines + _scores_section(evaluation, samples) + LIMITATIONS)
 
 
 def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:

@@ -5,8 +5,8 @@
   it runs the model itself with ``Transformer.decode(self_attn_mask=...)``.
 * :mod:`~aiayn.lessons.scaled_dot_product`: scaled dot-product attention (Section 3.2.1, Equation 1),
   page "Scaled Dot Product".
-* :mod:`~aiayn.lessons.model_and_training`: parameter counts (Table 3), the training log (Section 5), the
-  learning-rate schedule (Section 5.3, Equation 3) and label smoothing (Section 5.4), page "Model and Training".
+* :mod:`~aiayn.lessons.model_and_training`: parameter counts (Table 3), the training log (Section 5) and the
+  runs a checkpoint descends from, the learning-rate schedule (Section 5.3, Equation 3) and label smoothing (Section 5.4), page "Model and Training".
 * :mod:`~aiayn.lessons.inputs`: :class:`LessonInputError`, the input parsers and the size limits they share.
 
 Nothing here imports Streamlit; every function returns numpy arrays, pandas frames or small dataclasses, and
@@ -33,10 +33,12 @@ from .masking import (
 )
 from .model_and_training import (
     COMPONENT_ORDER,
+    LINEAGE_COLUMNS,
     METRIC_COLUMNS,
     MetricsLogError,
     example_prediction,
     label_smoothing_table,
+    lineage_table,
     load_metrics,
     lr_schedule,
     parameter_breakdown,
@@ -71,5 +73,6 @@ __all__ = [
     "check_d_k", "random_dot_products", "softmax_sharpness", "AttentionSteps", "attention_steps",
     # Table 3, Section 5
     "COMPONENT_ORDER", "parameter_breakdown", "parameter_summary", "MetricsLogError", "METRIC_COLUMNS", "load_metrics",
+    "LINEAGE_COLUMNS", "lineage_table",
     "lr_schedule", "smoothed_target", "smoothed_cross_entropy", "example_prediction", "label_smoothing_table",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..lineage import lifetime
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..training.recipe import noam_lr
@@ -123,6 +124,32 @@ def load_metrics(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
         shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
         warnings.append(f"skipped {len(bad)} unreadable line(s) of {p.name} (line {shown})")
     return df, warnings
+
+
+#: columns of :func:`lineage_table`
+LINEAGE_COLUMNS = ("run", "direction", "lifetime steps", "steps", "started from", "target tokens (M)", "hours",
+                   "data", "hardware")
+
+
+def lineage_table(meta: dict[str, Any] | None) -> pd.DataFrame:
+    """Every training run a checkpoint descends from (:mod:`aiayn.lineage`), oldest first, one row each:
+    run name, direction, the lifetime steps it trained (``"8,001–10,000"``), its own steps, where it started
+    (``"scratch"``, ``"trained parent at step 8,000"``, or an unrecorded parent), target tokens in millions,
+    hours, data and hardware; the last row is the run whose ``metrics.jsonl`` the page draws. An empty frame
+    with :data:`LINEAGE_COLUMNS` when the checkpoint has no training record."""
+    life = lifetime(meta)
+    rows = []
+    for s in life.stages if life is not None else ():
+        e = s.entry
+        start = (f"trained parent at step {s.start:,}" if s.start else
+                 f"`{e['init_from']}` (not recorded)" if e.get("init_from") else "scratch")
+        tokens, secs = e.get("train_tokens"), e.get("wall_time_s")
+        rows.append({"run": e.get("run"), "direction": e.get("direction"), "lifetime steps": f"{s.start + 1:,}–{s.last:,}",
+                     "steps": s.last - s.start, "started from": start,
+                     "target tokens (M)": round(tokens / 1e6, 2) if isinstance(tokens, (int, float)) else None,
+                     "hours": round(secs / 3600, 2) if isinstance(secs, (int, float)) else None,
+                     "data": e.get("data"), "hardware": e.get("hardware")})
+    return pd.DataFrame(rows, columns=list(LINEAGE_COLUMNS))
 
 
 def lr_schedule(d_model: Any, warmup_steps: Any, max_step: Any, lr_scale: float = 1.0, points: int = 400) -> pd.DataFrame:
