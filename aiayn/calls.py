@@ -73,10 +73,11 @@ class Forced(NamedTuple):
 
 
 # -- text -> ids ------------------------------------------------------------------------------------------------
-def cut(ids: Sequence[int], cfg: "TransformerConfig") -> tuple[list[int], bool]:
-    """``(ids[: cfg.max_len - 1] + [eos_id], truncated?)``: the one truncation rule of every source and reference."""
-    limit = cfg.max_len - 1
-    return [int(i) for i in ids[:limit]] + [cfg.eos_id], len(ids) > limit
+def cut(ids: Sequence[int], max_len: int, eos_id: int) -> tuple[list[int], bool]:
+    """``(ids[: max_len - 1] + [eos_id], truncated?)``: the one truncation rule of every source and reference, for a
+    model that accepts ``max_len`` positions (``cfg.max_len``)."""
+    limit = max_len - 1
+    return [int(i) for i in ids[:limit]] + [eos_id], len(ids) > limit
 
 
 def encode_source(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encoded:
@@ -86,7 +87,7 @@ def encode_source(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encode
         ValueError: ``text`` is not a string or is empty / whitespace-only.
     """
     cleaned = clean_text(text)
-    ids, truncated = cut(tokenizer.encode(cleaned), cfg)
+    ids, truncated = cut(tokenizer.encode(cleaned), cfg.max_len, cfg.eos_id)
     return Encoded(ids, truncated, cleaned)
 
 
@@ -104,7 +105,7 @@ def encode_many(tokenizer: Any, cfg: "TransformerConfig", texts: Sequence[str]) 
     """Ids of already clean corpus lines (validation, the training data), each cut by :func:`cut`; an empty
     line gives ``[]`` (no ``</s>``: callers drop it). ``tokenizer.encode_batch`` is used when it exists."""
     rows = tokenizer.encode_batch(list(texts)) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
-    return [cut(r, cfg)[0] if len(r) else [] for r in rows]
+    return [cut(r, cfg.max_len, cfg.eos_id)[0] if len(r) else [] for r in rows]
 
 
 # -- the decoder input ------------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def test_recorder_leaves_mode_and_rng_alone(own):
     out = rec.maps(model)
     assert model.training and torch.equal(rng, torch.get_rng_state())
     assert len(out) == 2 and all(m[k].dtype == np.float16 for m in out for k in KINDS)
-    assert [s.source for s, _, _ in rec.items] == [src for src, _ in sentence_pairs("de-en")[:2]]
+    assert [s.source for s in rec.sentences(model.cfg.decoder_start_id)] == [src for src, _ in sentence_pairs("de-en")[:2]]
     model.eval()
     rec.maps(model)
     assert not model.training
@@ -305,3 +305,23 @@ def test_strip_and_curve_figures():
     assert strip_indices(3, 1) == [0, 1, 2]
     assert strip_indices(32, 5) == [0, 4, 5, 9, 13, 18, 22, 27, 31]  # 8 evenly spread, plus the current one
     assert strip_indices(0, 0) == []
+
+
+def test_recorder_feeds_the_models_own_start_piece(tiny_translator):
+    """An imported Opus-MT model starts decoding from <pad> (decoder_start="pad"): the recorded maps are those of
+    a teacher-forced pass written out here feeding <pad> first, and the labels say so; feeding <s> would differ."""
+    from tiny_models import perturbed_tiny_model
+
+    tok = tiny_translator.tokenizer
+    model = perturbed_tiny_model(3, vocab_size=tok.vocab_size, max_len=64, decoder_start="pad")
+    rec = AttentionRecorder(tok, "en-de", max_len=model.cfg.max_len, n_sentences=2)
+    got = rec.maps(model)
+    for (src, ref), maps, sent in zip(sentence_pairs("en-de")[:2], got, rec.sentences(model.cfg.decoder_start_id)):
+        src_ids, ref_ids = tok.encode(src) + [tok.eos_id], tok.encode(ref) + [tok.eos_id]
+        assert sent.decoder_input_tokens[0] == "<pad>" and sent.output_tokens == [tok.id_to_piece(i) for i in ref_ids]
+        with torch.inference_mode():
+            for start, same in ((tok.pad_id, True), (tok.bos_id, False)):
+                _, want = model(torch.tensor([src_ids]), torch.tensor([[start] + ref_ids[:-1]]), return_attention=True)
+                for k in KINDS:
+                    close = np.allclose(maps[k], getattr(want, k)[:, 0].numpy().astype(np.float16), atol=2e-3)
+                    assert close == same or k == "encoder", (k, start)

@@ -1,4 +1,4 @@
-"""Attention across training (issue 15, item 4): at every saved run state the loop records the attention maps
+"""Attention across training: at every saved run state the loop records the attention maps
 (encoder self-attention, masked decoder self-attention and cross-attention of Section 3.2.3, every layer and
 head) of a fixed handful of curated sentences (:func:`aiayn.examples.sentence_pairs`, teacher-forced on their
 references) into one small file of the run, ``attention_history.safetensors``, which ``aiayn average`` copies
@@ -291,8 +291,9 @@ class AttentionRecorder:
     Args:
         tokenizer: the run's :class:`~aiayn.tokenizer.Tokenizer`.
         direction: ``"en-de"`` or ``"de-en"`` (which curated sentences).
-        max_len: the model's ``max_len`` (sources cut to ``max_len - 1`` pieces + ``</s>``, references to
-            ``max_len - 2``, as :meth:`aiayn.Translator.force` does).
+        max_len: the model's ``max_len``: sources and references are encoded as
+            :meth:`aiayn.Translator.force` encodes them (:func:`aiayn.calls.cut`: ``max_len - 1`` pieces + ``</s>``);
+            the decoder input comes from the recorded model's own start piece (:func:`aiayn.calls.teacher_forced`).
         n_sentences, max_states, max_bytes: the size budget.
         log: where messages go (a history file started afresh).
 
@@ -302,40 +303,44 @@ class AttentionRecorder:
 
     def __init__(self, tokenizer: "Tokenizer", direction: str, *, max_len: int, n_sentences: int = N_SENTENCES,
                  max_states: int = MAX_STATES, max_bytes: int = MAX_BYTES, log: Callable[[str], Any] = print) -> None:
-        from ..translator import clean_text  # function-level: aiayn.translator imports torch
+        from ..calls import cut  # function-level: aiayn.calls imports torch; the reader stays torch-free
+        from ..translation import clean_text
 
         self.direction, self.log = direction, log
         self.max_states, self.max_bytes = max_states, max_bytes
-        bos, eos = tokenizer.bos_id, tokenizer.eos_id
-        self.items: list[tuple[HistorySentence, list[int], list[int]]] = []
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_id
+        #: (source, reference, source ids, reference ids) per sentence
+        self.items: list[tuple[str, str, list[int], list[int]]] = []
         for src, ref in sentence_pairs(direction)[:n_sentences]:
             src_c, ref_c = clean_text(src), clean_text(ref)
-            src_ids = tokenizer.encode(src_c)[: max_len - 1] + [eos]
-            ref_ids = tokenizer.encode(ref_c)[: max_len - 2] + [eos]
-            dec_ids = [bos] + ref_ids[:-1]
-            pieces = lambda ids: [tokenizer.id_to_piece(int(i)) for i in ids]  # noqa: E731
-            self.items.append((HistorySentence(src_c, ref_c, pieces(src_ids), pieces(dec_ids), pieces(ref_ids)),
-                               src_ids, dec_ids))
+            self.items.append((src_c, ref_c, cut(tokenizer.encode(src_c), max_len, eos)[0],
+                               cut(tokenizer.encode(ref_c), max_len, eos)[0]))
+
+    def sentences(self, decoder_start_id: int) -> list[HistorySentence]:
+        """The recorded sentences with their pieces, for a model that starts decoding from ``decoder_start_id``."""
+        def pieces(ids: Sequence[int]) -> list[str]:
+            return [self.tokenizer.id_to_piece(int(i)) for i in ids]
+
+        return [HistorySentence(src, ref, pieces(src_ids), pieces([decoder_start_id] + ref_ids[:-1]), pieces(ref_ids))
+                for src, ref, src_ids, ref_ids in self.items]
 
     def maps(self, model: "Transformer") -> list[dict[str, np.ndarray]]:
         """The ``{kind: (L, H, Q, K) float16}`` maps of each sentence under ``model``'s current weights.
 
-        Teacher-forced pass in float32 (autocast off) under ``torch.inference_mode()`` with ``model.eval()``;
+        One teacher-forced pass per sentence (:func:`aiayn.calls.teacher_forced_ids`; no padding, so each map is
+        exactly that sentence's) in float32 (no autocast) under ``torch.inference_mode()`` with ``model.eval()``;
         the model's train/eval mode is restored and no random number is drawn.
         """
-        import torch  # function-level: the reader (load_history, the app) stays torch-free
+        from ..calls import teacher_forced_ids  # function-level: the reader (load_history, the app) stays torch-free
 
         was_training = model.training
-        device = model.device
         model.eval()
         out = []
         try:
-            with torch.inference_mode(), torch.autocast(device.type, enabled=False):
-                for _, src_ids, dec_ids in self.items:
-                    src = torch.tensor([src_ids], dtype=torch.long, device=device)
-                    dec = torch.tensor([dec_ids], dtype=torch.long, device=device)
-                    _, m = model(src, dec, return_attention=True)
-                    out.append({k: getattr(m, k)[:, 0].float().cpu().numpy().astype(np.float16) for k in KINDS})
+            for _, _, src_ids, ref_ids in self.items:
+                m = teacher_forced_ids(model, [src_ids], [ref_ids], return_attention=True, amp=False).maps
+                out.append({k: getattr(m, k)[:, 0].float().cpu().numpy().astype(np.float16) for k in KINDS})
         finally:
             model.train(was_training)
         return out
@@ -357,7 +362,7 @@ class AttentionRecorder:
             old = load_history(run_dir) if run_dir.is_dir() else None
         except ValueError as exc:
             self.log(f"attention history: starting afresh ({exc})")
-        sentences = [s for s, _, _ in self.items]
+        sentences = self.sentences(model.cfg.decoder_start_id)
         if old is not None and (old.sentences != sentences or (old.n_layers, old.n_heads) != (L, H)
                                 or old.direction != self.direction):
             self.log(f"attention history: {old.path} holds other sentences or another model shape; starting afresh")
