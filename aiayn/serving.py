@@ -1,14 +1,13 @@
 """One model serving many sessions at once: :class:`DecodeQueue` runs the model's work one job at a time and
 decodes the free-running sentences that are waiting together, in one beam search (dynamic batching). Not a paper
-section: the serving job (issue 14, a class of 30 on one 2-core CPU server).
+section: the serving job (a class of 30 on one 2-core CPU server).
 
 **Why.** A Streamlit server runs each session's script in a thread of its own. Thirty beam searches side by side
 each give up and take back the GIL at every torch operation: on the 2-core CPU the server then spent a third of its
-CPU time in the kernel switching threads (3.3 of 9.6 CPU-s for 30 students) and a student cost 0.32 server
-CPU-s against 0.14 alone. Run one at a time, the model stops fighting itself; decoding the waiting sentences in one
-batch costs 17 ms of CPU per sentence in a batch of 30 and 32 in a batch of 8, instead of 87-95 alone (beam 4,
-maps, one torch thread, the shipped en-de checkpoint; finished sentences leave the batch, :mod:`aiayn.decoding`).
-30 students at once: p95 6.69 -> 1.73-2.44 s, 0.28 -> 0.06-0.08 server CPU-s each (docs/benchmarks.md, third round).
+CPU time in the kernel switching threads, and a student cost more than twice the server CPU time of a lone one. Run
+one at a time, the model stops fighting itself; a sentence decoded in a batch with the others waiting costs a
+fraction of its CPU time alone (finished sentences leave the batch, :mod:`aiayn.decoding`). The measurements, before
+and after: docs/benchmarks.md, "Classroom load test, third round".
 
 **How (leader and followers; no thread of its own).** A caller appends its job to the queue. If no job is
 running, the caller takes the turn and runs the oldest waiting job together with every other waiting job that can
@@ -37,8 +36,8 @@ if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
     from .translator import Translation, Translator
 
 #: the default largest batch: a class of 30 fits in one. Without the browser probes, one batch of 28 answered 30
-#: students sooner (p95 2.3 s) than batches of at most 16 (2.6 s), where the last students waited for a second
-#: batch; with them the two were within noise (docs/benchmarks.md)
+#: students sooner than batches of at most 16, where the last students waited for a second batch; with them the
+#: two were within noise (docs/benchmarks.md)
 DEFAULT_MAX_BATCH = 32
 
 

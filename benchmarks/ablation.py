@@ -1,4 +1,4 @@
-"""Head ablation latency (issue 15, item 1): what the app's head-ablation page asks of the model when a head is
+"""Head ablation latency: what the app's head-ablation page asks of the model when a head is
 switched off. On the shipped checkpoint (``checkpoints/en-de``) or, when absent, a random model of the same shape.
 
 Rows (CPU or GPU, per device): ``ablation.<device>.one_head``: one sentence (the curated "I would like to buy a
@@ -8,7 +8,7 @@ page's ablated translation), against ``ablation.<device>.intact`` (the same with
 the intact output (what a head switch recomputes on the page; the intact side is cached there, so this is an
 upper bound); ``ablation.<device>.mask_overhead``: an all-ones mask against no mask (the multiply itself; with a
 head removed the beam may also run a different number of steps, which is the model's doing, not the mask's).
-The issue's target: one head on one sentence <= 1 s.
+The target (docs/benchmarks.md): one head on one sentence <= 1 s.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The classroom load test (issue 14): N students at once against ONE ``python -m streamlit run app.py`` server on
+"""The classroom load test: N students at once against ONE ``python -m streamlit run app.py`` server on
 127.0.0.1 (a free port; the repository's ``.streamlit/config.toml`` applies), each opening Translate
 (``/Translate?text=...``) or the Attention explorer (``/Attention_Explorer?text=...``) with their own sentence,
 half and half. Not a paper section: the serving job.

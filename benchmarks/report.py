@@ -85,7 +85,7 @@ class Target:
         return out
 
 
-#: The issue's targets. They are goals to report, never timed unit tests.
+#: The targets (docs/benchmarks.md, "Targets"). They are goals to report, never timed unit tests.
 TARGETS: tuple[Target, ...] = (
     Target("train_cpu", "CPU training step no slower than torch.nn.Transformer (eager, fp32)", "train.cpu.eager.speedup", ">=", 1.0, "x"),
     Target("train_cpu_compiled", "CPU training step no slower than torch.nn.Transformer (torch.compile)", "train.cpu.compiled.speedup", ">=", 1.0, "x"),

@@ -14,7 +14,7 @@ Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``t
   :func:`aiayn.training.pipeline.collate` per micro-batch (vectorised by ``pad_ids``) and a blocking
   ``.to(device)``, as the loop did before the loader; and the same with the per-row collate of commit c914517,
   the code of the GPU runs (:func:`collate_c914517`). Their batching is the new length-based one (the old
-  list-based ``token_batches`` was ~3x slower, but runs once an epoch).
+  list-based ``token_batches`` was slower, but runs once an epoch).
 * token cache: the first start (tokenise + write the memory-mapped arrays), a later start (read them back) and
   tokenising in memory at every start (before).
 * ``training loop``: :func:`aiayn.training.loop.train` itself on that data directory (loader thread, fused Adam and

@@ -60,7 +60,7 @@ def _pick_example() -> None:
         st.session_state.ex_ref = by_sentence[choice][0]
 
 
-# Layout (issue 14): the sentence form in one row, examples and decoder input beside it, the model output and the
+# Layout: the sentence form in one row, examples and decoder input beside it, the model output and the
 # hint in one row below, then the view: at 1366 x 768 the heatmap starts above the fold.
 top_left, top_right = st.columns([3, 1], gap="medium", vertical_alignment="bottom")
 with top_right:
@@ -161,7 +161,7 @@ def view(result) -> None:
                      hide_special=hide, values=values)
     stack, q_lab, k_lab = v.stack()
 
-    # Only the open tab is drawn (issue 14, a class of 30: drawing all five on a first visit was most of the
+    # Only the open tab is drawn (for a class of 30: drawing all five on a first visit was most of the
     # server's time per student). Opening another tab reruns this fragment (on_change) and draws that one.
     tab_head, tab_all, tab_step, tab_stats, tab_hist = st.tabs(list(TABS), key="tab", on_change="rerun")
 

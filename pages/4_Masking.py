@@ -109,7 +109,7 @@ if batch is not None:
 # -- 2. one head, stage by stage -------------------------------------------------------------------------------
 st.header("2 · One masked decoder head, stage by stage")
 # dec_layer / dec_head, not layer / head: the explorer's head picker holds "mean" under "head", and a widget key is
-# one value for the whole session, so sharing it made a visit here reset the explorer's head (issue 14)
+# one value for the whole session, so sharing it made a visit here reset the explorer's head
 ui.warn_bad_param("dec_layer", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_layers, f"dec_layer must be 1..{cfg.n_layers}")
 ui.warn_bad_param("dec_head", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_heads, f"dec_head must be 1..{cfg.n_heads}")
 ui.warn_bad_param("nomask", lambda r: r.lower() in ("true", "false"), "nomask must be true or false")

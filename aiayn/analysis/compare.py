@@ -1,7 +1,7 @@
 """Two sentences compared: the attention maps of one kind aligned row by row and column by column, and their
 difference.
 
-The job of this module is the comparison view of issue 15 ("compare two sentences": one word changed,
+The job of this module is the comparison view ("compare two sentences": one word changed,
 active vs passive): given the B=1 :class:`~aiayn.model.maps.AttentionMaps` of two sentences (free-running
 or teacher-forced, :func:`aiayn.analysis.explain`), put their maps of one kind of Section 3.2.3 (encoder
 self-attention, masked decoder self-attention, encoder-decoder attention) on common rows and columns, so
@@ -170,7 +170,7 @@ class AlignedMaps:
         query_pos_b, key_pos_a, key_pos_b`` (positions in each sentence from 0, empty where absent),
         ``weight_a, weight_b, diff`` (``weight_b - weight_a``; empty where absent).
         """
-        import pandas as pd  # function-level: pandas costs ~0.3 s and only the export needs it
+        import pandas as pd  # function-level: pandas is slow to import and only the export needs it
 
         L, H, Q, K = self.a.shape
         layer, head, q, k = np.meshgrid(np.arange(L), np.arange(H), np.arange(Q), np.arange(K), indexing="ij")

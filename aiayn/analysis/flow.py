@@ -57,7 +57,7 @@ def _mixing(weights: "Tensor", q_valid: "Tensor", k_valid: "Tensor", residual: f
     with ``residual`` (self-attention only, Q = K) the identity is mixed in first."""
     import torch  # function-level: keeps ``import aiayn.analysis`` free of torch
 
-    a = weights.detach().cpu().float().mean(dim=2).double()  # head mean in float32 (a float64 reduction is ~7x slower)
+    a = weights.detach().cpu().float().mean(dim=2).double()  # head mean in float32 (a float64 one is much slower)
     mask = (q_valid[:, :, None] & k_valid[:, None, :]).to(a.dtype)  # (B, Q, K)
     a = _row_normalise(a * mask)
     if residual is not None:
@@ -195,7 +195,7 @@ def rollout_frame(rolled: "Tensor", maps: "AttentionMaps", kind: str):
     Raises:
         ValueError: unknown kind, or ``rolled`` is not 4-dimensional.
     """
-    import numpy as np  # function-level: pandas costs ~0.3 s and only exports need it
+    import numpy as np  # function-level: pandas is slow to import and only exports need it
     import pandas as pd
 
     if kind not in ROLLOUT_KINDS:

@@ -67,7 +67,7 @@ def head_stats(
     Raises:
         ValueError: weights not 4-D, label counts differ from the map's shape, unknown kind.
     """
-    import pandas as pd  # function-level: ~0.25 s, and aiayn.analysis is imported by the first page
+    import pandas as pd  # function-level: pandas is slow to import, and aiayn.analysis is imported by the first page
 
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 4:

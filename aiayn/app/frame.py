@@ -123,7 +123,7 @@ class PageContext:
 
 
 #: the app's light-theme plotly template, made plotly's default in the server process: a figure then gets it when
-#: it is made, without the 7-9 ms of validation a template set by name costs (aiayn.figures.theme.use_template)
+#: it is made, without the validation a template set by name costs (aiayn.figures.theme.use_template)
 LIGHT_TEMPLATE, DARK_TEMPLATE = "plotly_white", "plotly_dark"
 pio.templates.default = LIGHT_TEMPLATE
 

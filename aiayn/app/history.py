@@ -1,4 +1,4 @@
-"""The explorer's "Across training" tab (Streamlit; issue 15, item 4): the attention of the curated sentences
+"""The explorer's "Across training" tab (Streamlit): the attention of the curated sentences
 recorded at each saved training state (:mod:`aiayn.training.history`), with a training-step slider bound to
 the URL (``?tstep=``, the sentence in ``?tsent=``), the map at that step, a strip of steps and the mean row
 entropy over training (low entropy = a focused head, as in Voita et al. 2019): the student watches

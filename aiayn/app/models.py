@@ -68,12 +68,12 @@ def serving_threads() -> int:
     """Torch intra-op threads for the app's server: ``$AIAYN_TORCH_THREADS``, default 1.
 
     One server answers many sessions at once, each in a thread of its own; the model's operations are small
-    (a few sentences, d_model 256), so a second intra-op thread does not make one translation faster (49.5 ms
-    with one thread, 49.8 ms with two, beam 4, on the 2-core CPU) but each request's threads then spin against
-    the other sessions': with 30 students at once the server spent 0.18 CPU-s per student with torch's default
-    (one thread per core) and 0.105 with one (``python -m benchmarks --only classroom``, issue 14). Since then the
-    sessions take turns on the model (:func:`decode_queue`) and a batch of their sentences is one job; two threads
-    for that job measured no better (p95 2.0 against 1.9-2.4 s at 30 students, within noise).
+    (a few sentences, d_model 256), so a second intra-op thread does not make one translation faster, but each
+    request's threads then spin against the other sessions': with 30 students at once the server spent more CPU
+    time per student with torch's default (one thread per core) than with one (``python -m benchmarks --only
+    classroom``). Since then the sessions take turns on the model (:func:`decode_queue`) and a batch of their
+    sentences is one job; two threads for that job measured no better (within noise). The numbers:
+    docs/benchmarks.md, "Classroom load test".
 
     Raises:
         ValueError: the variable is set to something other than a positive integer.

@@ -1,6 +1,6 @@
 """Every library and module the app's model pages import, imported in one go (``import aiayn.app.preload``).
 
-Why (issue 14, a class on a freshly started server): Streamlit runs each session's page in a thread of its own,
+Why (a class on a freshly started server): Streamlit runs each session's page in a thread of its own,
 so on a cold server several threads import numpy, pandas, plotly (whose submodules load lazily) and torch at
 the same time, each holding the import locks of the modules it is in the middle of. CPython breaks the
 resulting lock cycles by handing one thread a half-initialised module: with three sessions opening the

@@ -19,7 +19,7 @@ sequence length"): :func:`token_batches` (batches of at most ``max_tokens`` padd
 
 :mod:`~aiayn.data.debian` (with :mod:`~aiayn.data.gettext_pairs` for ``.mo`` catalogues and the cleaning rules,
 and :mod:`~aiayn.data.help_pages` for help pages shipped in two languages) owns German-English text from Debian
-packages beside Ding (issue 13): fetching and reading ``.deb`` files, the held-out packages of the domain test
+packages beside Ding: fetching and reading ``.deb`` files, the held-out packages of the domain test
 (:data:`HELD_OUT`, :func:`check_not_held_out`).
 
 :mod:`~aiayn.data.prepare` owns a prepared data folder and the ``aiayn data {ding,debian,tsv,moses}`` command

@@ -1,4 +1,4 @@
-"""German-English sentence pairs from Debian packages beside Ding: ``aiayn data debian`` (issue 13).
+"""German-English sentence pairs from Debian packages beside Ding: ``aiayn data debian``.
 
 Sources (see ``shared/notes/data.md`` and ``docs/data.md``): the German gettext catalogues (``.mo``) of the
 packages in :data:`TRAIN_PACKAGES` (read by :mod:`~aiayn.data.gettext_pairs`) and translated documentation

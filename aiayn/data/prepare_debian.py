@@ -1,4 +1,4 @@
-"""``aiayn data debian``: Ding plus German-English text from Debian packages (issue 13).
+"""``aiayn data debian``: Ding plus German-English text from Debian packages.
 
 :func:`prepare_debian` reads the gettext catalogues and help pages of Debian packages (:mod:`aiayn.data.debian`,
 :mod:`aiayn.data.gettext_pairs`, :mod:`aiayn.data.help_pages`), cleans them by stated rules, adds the full-sentence

@@ -101,8 +101,8 @@ def heatmap_figure(trace: go.Heatmap, shape: tuple[int, ...], *, title: str = ""
     )
     if title:
         layout["title"] = dict(text=plotly_safe(title))
-    # the layout goes into the constructor: update_layout() of the same nested dicts costs 3-4 times more (plotly
-    # dispatches every property path as a relayout; 5.5 vs 1.3 ms per heatmap on the 2-core CPU, issue 14)
+    # the layout goes into the constructor: update_layout() of the same nested dicts costs several times more (plotly
+    # dispatches every property path as a relayout; docs/benchmarks.md)
     fig = go.Figure(data=[trace], layout=layout)
     use_template(fig, template)
     return fig

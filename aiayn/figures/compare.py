@@ -1,7 +1,7 @@
 """Plotly figure of the difference between two sentences' attention maps (pure function: arrays in, ``go.Figure``
 out).
 
-The job of this module is the difference heatmap of the comparison view (issue 15, "compare two
+The job of this module is the difference heatmap of the comparison view ("compare two
 sentences"): ``b - a`` of two aligned maps (:func:`aiayn.analysis.align_maps`) on a diverging,
 colour-blind-safe scale centred at 0 (ColorBrewer's ``RdBu``: red where sentence a attends more, blue where
 b attends more, white for no change), symmetric about 0 so equal changes look equally strong. Cells absent

@@ -1,4 +1,4 @@
-"""Figures of attention across training (issue 15, item 4; data from :mod:`aiayn.training.history`): a strip of
+"""Figures of attention across training (data from :mod:`aiayn.training.history`): a strip of
 small heatmaps of one head at several training steps, and one per-step number (e.g. the mean row entropy)
 as a line with the current step marked. Pure functions: arrays in, ``plotly.graph_objects.Figure`` out.
 """

@@ -53,9 +53,9 @@ def use_template(fig: go.Figure, template: str | None) -> go.Figure:
 
     A template that is already plotly's default (``plotly.io.templates.default``) is not set again: plotly put
     it on the figure when the figure was made, without validating it. Set by name, plotly validates a copy of
-    the whole template, 7-9 ms per figure on the project's 2-core CPU against about 1 ms for the default
-    path; the JSON is the same. The app makes its light theme's template the default
-    (:mod:`aiayn.app.frame`), so a server drawing a class's charts skips that cost (issue 14).
+    the whole template, several times the cost of the default path (docs/benchmarks.md); the JSON is the
+    same. The app makes its light theme's template the default (:mod:`aiayn.app.frame`), so a server drawing a
+    class's charts skips that cost.
     """
     if template and template != pio.templates.default:
         fig.update_layout(template=template)

@@ -134,7 +134,7 @@ class AttentionMaps:
         ``include_scores``, + ``query_token, key_token`` when labels are known). Padded positions are left
         out when lengths are known. Layers and heads count from 0.
         """
-        import numpy as np  # function-level: pandas costs ~0.3 s and only exports need it, not every model import
+        import numpy as np  # function-level: pandas is slow to import and only exports need it, not every model import
         import pandas as pd
 
         frames = []

@@ -46,9 +46,9 @@ DIRECTIONS = ("en-de", "de-en")
 #: ``reserve_minutes`` is the part of ``--max-minutes`` kept for start-up, the final validation, averaging,
 #: evaluation, the card and the head sweep (the training children get the rest as their ``--max-minutes``).
 RECIPES: dict[str, dict[str, Any]] = {
-    # The best measured GPU run (/work/shared/notes/gpu-training.md, H100): post-LN at N = 6 did not start within
-    # 2,000 steps at these rates, pre-LN reached valid BLEU 7.4 (100 sentences) at step 2,000. One 25k-token
-    # micro-batch per step (Section 5.1: ~25k target tokens), bf16 autocast, Equation 3 with warmup 1,000 x 0.7.
+    # The best measured GPU run (H100; docs/training.md, "The paper's depth"): at these rates post-LN at N = 6 sat on
+    # the unigram plateau where pre-LN trained. One 25k-token micro-batch per step (Section 5.1: ~25k target tokens),
+    # bf16 autocast, Equation 3 with warmup 1,000 x 0.7.
     "gpu-n6": {
         "preset": "base",
         "model": {"d_model": 256, "d_ff": 1024, "n_heads": 8, "n_layers": 6, "max_len": 256, "norm_first": True},

@@ -116,7 +116,7 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model (default off)")
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast on CUDA (default on)")
     ap.add_argument("--amp-cpu", action=argparse.BooleanOptionalAction, default=None,
-                    help="bf16 autocast on CPU too (AVX512-BF16/AMX CPUs; 1.47x faster steps on the 2-core dev VM; default off)")
+                    help="bf16 autocast on CPU too (faster steps on AVX512-BF16/AMX CPUs, docs/benchmarks.md; default off)")
     ap.add_argument("--record-attention", action=argparse.BooleanOptionalAction, default=None,
                     help="record the attention of a few curated sentences at every saved state into "
                          "attention_history.safetensors (the explorer's 'Across training' tab; default on)")

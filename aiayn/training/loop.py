@@ -82,7 +82,7 @@ def autocast_for(tc: TrainConfig, device: torch.device):
     """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32).
 
     bf16 autocast on CUDA when ``tc.amp``; on CPU only when ``tc.amp_cpu`` as well (oneDNN runs the matmuls in
-    bf16 on CPUs with AVX512-BF16 or AMX: 1.47x faster per step on the project's 2-core AMD EPYC, see
+    bf16 on CPUs with AVX512-BF16 or AMX: faster steps on the project's 2-core AMD EPYC, measured in
     docs/benchmarks.md). Otherwise a disabled autocast, i.e. float32 throughout.
     """
     if tc.amp and device.type == "cuda":
