@@ -133,3 +133,41 @@ def test_switching_direction_keeps_the_tab_working(history_checkpoints, app_env)
     assert h_de.steps == [0, 7] and list(at.select_slider(key="tstep").options) == ["0", "7"]
     assert at.select_slider(key="tstep").value == "7"  # its last step
     np.testing.assert_allclose(z_of(charts(at)["history_map"]), h_de.stack(0, "cross")[1, -1].mean(0), atol=1e-5)
+
+
+def test_a_warm_started_history_counts_lifetime_steps_and_the_entropy_title_fits_the_curve(history_checkpoints, app_env,
+                                                                                            tmp_path):
+    """A checkpoint whose lineage says its last run started from a trained parent at lifetime step 8,000: the tab
+    says so and shows lifetime steps (the URL keeps the run's own); the entropy title names the curve's direction."""
+    import json
+
+    root = tmp_path / "ckpts"
+    shutil.copytree(history_checkpoints, root)
+    cfg = json.loads((root / "en-de" / "config.json").read_text())
+    cfg.setdefault("meta", {})["lineage"] = [
+        {"run": "runs/a", "direction": "en-de", "init_from": None, "steps": 8000, "train_tokens": 1, "wall_time_s": 1.0},
+        {"run": "runs/b", "direction": "en-de", "init_from": "checkpoints/en-de", "steps": 20, "train_tokens": 1,
+         "wall_time_s": 1.0}]
+    (root / "en-de" / "config.json").write_text(json.dumps(cfg))
+    app_env(root)
+    at = run({"tstep": "8010"}, tab="history")  # the URL holds the lifetime step too
+    assert not at.exception, at.exception
+    assert list(at.select_slider(key="tstep").options) == ["8000", "8010", "8020"]
+    assert at.select_slider(key="tstep").value == "8010" and at.query_params["tstep"] == "8010"
+    assert any("starts from a trained parent" in c.value and "lifetime step 8,000" in c.value for c in at.caption)
+    c = charts(at)
+    assert c["history_map"]["layout"]["title"]["text"].endswith("step 8,010")
+    assert [a["text"] for a in c["history_strip"]["layout"]["annotations"]][:3] == [
+        "step 8,000 (parent)", "▶ step 8,010", "step 8,020"]
+    ent = c["history_entropy"]
+    y = arr(ent["data"][0]["y"]).ravel()
+    assert list(arr(ent["data"][0]["x"]).ravel()) == [8000, 8010, 8020]
+    title = ent["layout"]["title"]["text"]
+    direction = "rose" if y[-1] > y[0] else "fell"
+    assert f"{direction} from {y[0]:.2f} to {y[-1]:.2f} bits" in title or "stayed at about" in title
+    assert "falls as the map focuses" not in title
+    # the same history without a lineage: run steps, no parent
+    app_env(history_checkpoints)
+    plain = run({"tstep": "10"}, tab="history")
+    assert charts(plain)["history_map"]["layout"]["title"]["text"].endswith("step 10")
+    assert not any("trained parent" in c.value for c in plain.caption)

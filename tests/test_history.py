@@ -325,3 +325,30 @@ def test_recorder_feeds_the_models_own_start_piece(tiny_translator):
                 for k in KINDS:
                     close = np.allclose(maps[k], getattr(want, k)[:, 0].numpy().astype(np.float16), atol=2e-3)
                     assert close == same or k == "encoder", (k, start)
+
+
+def test_figures_place_a_warm_started_history_on_the_models_lifetime():
+    """A run warm-started from a trained parent records its step 0 = the parent's weights: with the lineage's
+    offset the figures say lifetime steps and name the parent, instead of calling it step 0."""
+    from aiayn.figures.history import history_curve, history_strip
+
+    w = np.random.default_rng(1).dirichlet(np.ones(3), size=(3, 2))
+    fig = history_strip(w, [0, 250, 500], ["a", "b"], ["x", "y", "z"], current=250, offset=8000)
+    assert [a.text for a in fig.layout.annotations] == ["step 8,000 (parent)", "▶ step 8,250", "step 8,500"]
+    c = history_curve([1.3, 1.35, 1.4], [0, 250, 500], current=500, offset=8000)
+    assert list(c.data[0].x) == [8000, 8250, 8500] and list(c.data[1].x) == [8500]
+    assert c.layout.xaxis.title.text == "lifetime training step" and c.layout.annotations[0].text == "trained parent"
+    plain = history_curve([1.3, 1.4], [0, 5])
+    assert plain.layout.xaxis.title.text == "training step" and not plain.layout.annotations
+
+
+@pytest.mark.parametrize("values, words", [
+    ([1.27, 1.30, 1.41], "rose from 1.27 to 1.41 bits"),
+    ([2.0, 1.2, 0.9], "fell from 2.00 to 0.90 bits"),
+    ([1.000, 1.2, 1.005], "stayed at about 1.00 bits"),  # the ends within 2%: no direction claimed
+    ([np.nan, 1.5], ""),
+])
+def test_trend_words_describe_the_data(values, words):
+    from aiayn.figures.history import trend_words
+
+    assert trend_words(values, "bits") == words

@@ -7,6 +7,7 @@ checkpoint without a history (trained before it was recorded) gets a plain notic
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import streamlit as st
 
 from ..analysis import entropy, pieces_view
 from ..figures.attention import AXIS_TITLES, attention_heatmap
-from ..figures.history import history_curve, history_strip
+from ..figures.history import history_curve, history_strip, trend_words
+from ..lineage import lifetime
 from ..model.maps import KIND_TITLES
 from ..training.history import HISTORY_FILE, AttentionHistory, load_history
 from .charts import show_figure
@@ -70,6 +72,21 @@ def history_view(hist: AttentionHistory, sentence: int, kind: str, layer: int, h
     return pieces_view(m, q, k, predicted, words=words, hide_special=hide_special)
 
 
+def lifetime_start(checkpoint: str | Path) -> tuple[int, bool]:
+    """Where a checkpoint's attention history starts on the model's lifetime (:mod:`aiayn.lineage`): ``(offset,
+    warm)``, the lifetime step of the last run's step 0 and whether step 0 holds a trained parent's weights
+    (``offset`` is 0 when that parent's training is not recorded). ``(0, False)`` for a run from scratch or an
+    unreadable ``config.json``."""
+    try:
+        meta = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8")).get("meta")
+    except (OSError, ValueError, AttributeError):
+        return 0, False
+    life = lifetime(meta)
+    if life is None:
+        return 0, False
+    return life.stages[-1].start, life.stages[-1].warm
+
+
 def strip_indices(n: int, current: int, most: int = STRIP_STEPS) -> list[int]:
     """At most ``most`` indices of ``n`` steps, evenly spread, first and last included, plus ``current``."""
     idx = set(np.linspace(0, n - 1, min(n, most)).round().astype(int).tolist()) if n else set()
@@ -95,36 +112,49 @@ def history_tab(v: Any) -> None:
                           bind="query-params")
     i = names.index(source) if source in names else 0
     s = hist.sentences[i]
-    steps = [str(t) for t in hist.steps]
+    offset, warm = lifetime_start(ctx.checkpoint)
+    shown = (lambda t: f"{int(t) + offset:,}") if offset else str
+    steps = [str(t + offset) for t in hist.steps]  # lifetime steps when the run started from a trained parent
     warn_bad_param("tstep", steps, "the training step must be one of the recorded steps: " + ", ".join(steps))
     if len(steps) > 1:
-        picked = st.select_slider("Training step", steps, value=steps[-1], key="tstep", bind="query-params",
-                                  help="The optimizer step at which the maps were recorded (0 = the initial weights).")
+        picked = st.select_slider("Training step" + (" (over the model's lifetime)" if offset else ""), steps,
+                                  value=steps[-1], key="tstep", bind="query-params",
+                                  help="The optimizer step at which the maps were recorded. " + (
+                                      f"This run started from a trained parent: its first map ({shown(0)}) shows the "
+                                      "parent's weights, before this run's first update." if warm else
+                                      "0 = the random initial weights."))
     else:
         picked = steps[0]
-        st.caption(f"One recorded step: {picked}.")
-    step = int(picked) if picked in steps else hist.steps[-1]
+        st.caption(f"One recorded step: {shown(hist.steps[0])}.")
+    step = int(picked) - offset if picked in steps else hist.steps[-1]
     j = hist.step_index(step)
     st.markdown(f"**{s.source}** → *{s.reference}*  \n<small>{len(hist.steps)} recorded steps "
-                f"({hist.steps[0]} to {hist.steps[-1]}) · {len(hist.sentences)} sentences · "
+                f"({shown(hist.steps[0])} to {shown(hist.steps[-1])}) · {len(hist.sentences)} sentences · "
                 f"{hist.n_layers} layers × {hist.n_heads} heads</small>", unsafe_allow_html=True)
+    if warm:
+        where = f"lifetime step {offset:,}" if offset else "step 0 (the parent's own training is not recorded)"
+        st.caption(f"This history starts from a trained parent, not from random weights: its first map, {where}, "
+                   "shows the weights this run was warm-started from (`--init-from`)"
+                   + (", and the steps count over every run the model descends from (see the Overview)." if offset else "."))
     w, q_lab, k_lab = history_view(hist, i, v.kind, v.layer, v.head, words=v.words, hide_special=v.hide_special)
     yt, xt = AXIS_TITLES[v.kind]
     stem = f"history_{v.stem}_s{i}"
-    title = f"{KIND_TITLES[v.kind].capitalize()}, layer {v.layer}, {v.what}: step {step}"
+    title = f"{KIND_TITLES[v.kind].capitalize()}, layer {v.layer}, {v.what}: step {shown(step)}"
     fig = attention_heatmap(w[j], q_lab, k_lab, title=title,
                             colorscale=ctx.colorscale, x_title=xt, y_title=yt, show_values=v.values,
                             zmax=1.0, template=ctx.template)
     show_figure(fig, key="history_map", filename=f"{stem}_step{step}")
     idx = strip_indices(len(hist.steps), j)
     show_figure(history_strip(w[idx], [hist.steps[t] for t in idx], q_lab, k_lab, current=step, zmax=1.0,
-                              colorscale=ctx.colorscale, template=ctx.template,
+                              colorscale=ctx.colorscale, template=ctx.template, offset=offset,
                               title="The same map across training (one shared colour scale)"),
                 key="history_strip", filename=f"{stem}_strip")
     full = history_view(hist, i, v.kind, v.layer, v.head)[0]  # entropy of whole piece-level rows (sum to 1)
-    show_figure(history_curve(entropy(full).mean(axis=-1), hist.steps, current=step, y_title="bits",
-                              title="Mean row entropy over training (falls as the map focuses)",
-                              template=ctx.template), key="history_entropy", filename=f"{stem}_entropy")
+    ent = entropy(full).mean(axis=-1)
+    trend = trend_words(ent, "bits")  # the title says what this curve does, not what curves usually do
+    show_figure(history_curve(ent, hist.steps, current=step, y_title="bits", offset=offset, template=ctx.template,
+                              title="Mean row entropy over training" + (f": {trend}" if trend else "")
+                              + " (lower = a more focused map)"), key="history_entropy", filename=f"{stem}_entropy")
     head0 = None if v.head is None else v.head - 1
     st.caption("Downloads: every recorded step of layer "
                f"{v.layer} ({'all heads' if v.head is None else f'head {v.head}'}) for this sentence, on pieces "
