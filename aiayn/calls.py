@@ -102,10 +102,10 @@ def encode_reference(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Enc
 
 
 def encode_many(tokenizer: Any, cfg: "TransformerConfig", texts: Sequence[str]) -> list[list[int]]:
-    """Ids of already clean corpus lines (validation, the training data), each cut by :func:`cut`; an empty
-    line gives ``[]`` (no ``</s>``: callers drop it). ``tokenizer.encode_batch`` is used when it exists."""
+    """Ids of already clean corpus lines (validation), each cut by :func:`cut`, not cleaned (an empty line gives
+    ``[eos_id]`` alone). ``tokenizer.encode_batch`` is used when it exists."""
     rows = tokenizer.encode_batch(list(texts)) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
-    return [cut(r, cfg.max_len, cfg.eos_id)[0] if len(r) else [] for r in rows]
+    return [cut(r, cfg.max_len, cfg.eos_id)[0] for r in rows]
 
 
 # -- the decoder input ------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..data.batching import pad_ids
+from .. import calls
 from ..decoding import beam_search
 from ..files import atomic_copy, atomic_write_text
 from ..model.config import TransformerConfig
@@ -29,52 +29,60 @@ from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
 from .loader import BatchLoader, load_pairs
-from .pipeline import collate, encode_pairs, load_split, rank_and_world, step_groups
+from .pipeline import load_split, rank_and_world, step_groups
 from .recipe import TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
 from .state import (describe_hardware, init_weights_from, list_states, load_state_into, record_config_change,
                     record_run_start, save_state, truncate_metrics)
 
 
+def _loss_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Indices sorted by length, grouped so that a batch's padded size ``(B + 1) * longest`` stays within
+    ``max_tokens`` (a batch holds at least one example)."""
+    batches: list[list[int]] = [[]]
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if batches[-1] and (len(batches[-1]) + 2) * max(lengths[j] for j in batches[-1] + [i]) > max_tokens:
+            batches.append([])
+        batches[-1].append(i)
+    return [b for b in batches if b]
+
+
 @torch.no_grad()
 def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg: TransformerConfig, *, beam_size: int,
              n_bleu: int, max_tokens: int, device) -> dict[str, Any]:
-    """Validation of a model on parallel texts ``src`` / ``tgt``.
+    """Validation of a model on parallel texts ``src`` / ``tgt``, in float32 (no autocast).
+
+    Sources and references are encoded with the one truncation rule of :func:`aiayn.calls.cut` (``max_len - 1``
+    pieces + ``</s>``); the loss is a teacher-forced pass of :func:`aiayn.calls.teacher_forced_ids` (the decoder
+    fed ``cfg.decoder_start_id`` + the reference shifted right); the BLEU sources are those same ids.
 
     Returns:
         ``valid_loss``: teacher-forced negative log-likelihood per target token (nats, no smoothing), over
-        batches of at most ``max_tokens`` padded source tokens; ``valid_bleu``: sacreBLEU of real beam decodes
-        (``beam_size``, length penalty alpha 0.6, Section 6.1; never teacher-forced argmax) of the first
-        ``n_bleu`` sentences, 0.0 when none; ``valid_samples``: up to 3 ``(source, hypothesis)`` pairs.
-        The model's train/eval mode is restored.
+        batches of at most about ``max_tokens`` padded source tokens, pairs with an empty side left out;
+        ``valid_bleu``: sacreBLEU of real beam decodes (``beam_size``, length penalty alpha 0.6, Section 6.1; never
+        teacher-forced argmax) of the first ``n_bleu`` sentences, 0.0 when none; ``valid_samples``: up to 3
+        ``(source, hypothesis)`` pairs. The model's train/eval mode is restored.
     """
     was_training = model.training
     model.eval()
-    s_ids, t_ids = encode_pairs(tokenizer, src, tgt, cfg.max_len - 1, cfg.eos_id)
-    nll_sum = torch.zeros((), dtype=torch.float64, device=device)
-    n_tok = torch.zeros((), dtype=torch.long, device=device)
-    order = sorted(range(len(s_ids)), key=lambda i: len(s_ids[i]))
-    batch: list[int] = []
-    for i in order + [None]:
-        if i is not None:
-            batch.append(i)
-        if batch and (i is None or (len(batch) + 1) * max(len(s_ids[j]) for j in batch) > max_tokens):
-            s, d, t = collate(batch, s_ids, t_ids, cfg)
-            logits = model(s.to(device), d.to(device))
-            nll, n = label_smoothed_loss(logits, t.to(device), 0.0, cfg.pad_id)
-            nll_sum += nll
-            n_tok += n
-            batch = []
+    s_all, t_all = calls.encode_many(tokenizer, cfg, src), calls.encode_many(tokenizer, cfg, tgt)
+    keep = [i for i in range(len(s_all)) if len(s_all[i]) > 1 and len(t_all[i]) > 1]  # [eos] alone: an empty side
+    s_ids, t_ids = [s_all[i] for i in keep], [t_all[i] for i in keep]
+    nll_sum, n_tok = torch.zeros((), dtype=torch.float64, device=device), 0
+    for idx in _loss_batches([len(s) for s in s_ids], max_tokens):
+        forced = calls.teacher_forced_ids(model, [s_ids[i] for i in idx], [t_ids[i] for i in idx], amp=False)
+        nll_sum -= forced.target_log_probs(cfg.pad_id).double().sum()
+        n_tok += sum(len(t_ids[i]) for i in idx)
     hyps, refs = [], []
     n = min(n_bleu, len(src))
     for start in range(0, n, 32):
-        chunk = src[start : min(n, start + 32)]
-        ids = pad_ids([tokenizer.encode(x)[: cfg.max_len - 2] + [cfg.eos_id] for x in chunk], cfg.pad_id)
-        for res in beam_search(model, torch.from_numpy(ids).to(device), beam_size=beam_size, length_penalty_alpha=0.6):
-            hyps.append(tokenizer.decode(res[0].tokens))
+        batch = calls.batch(cfg, s_all[start : min(n, start + 32)], device)
+        with calls.autocast_for(device, False):
+            results = beam_search(model, batch, beam_size=beam_size, length_penalty_alpha=0.6)
+        hyps.extend(tokenizer.decode(res[0].tokens) for res in results)
         refs.extend(tgt[start : min(n, start + 32)])
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else 0.0
     model.train(was_training)
-    return {"valid_loss": float(nll_sum) / max(int(n_tok), 1), "valid_bleu": bleu,
+    return {"valid_loss": float(nll_sum) / max(n_tok, 1), "valid_bleu": bleu,
             "valid_samples": list(zip(src[:3], hyps[:3]))}
 
 
