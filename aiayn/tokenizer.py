@@ -177,14 +177,13 @@ def train_sentencepiece(
 class Tokenizer:
     """A loaded SentencePiece model: text <-> subword ids (Section 5.1: shared source-target vocabulary).
 
-    Construct with :meth:`load` (a ``.model`` file) or :meth:`from_bytes` (its serialized bytes). The
-    object holds no per-call state, so one instance may encode/decode from several threads at once
-    (SentencePieceProcessor's encode/decode are const and thread-safe). It pickles as its model bytes, so
-    it can be sent to DataLoader workers.
+    Construct with :meth:`load` (a ``.model`` file). The object holds no per-call state, so one instance may
+    encode/decode from several threads at once (SentencePieceProcessor's encode/decode are const and
+    thread-safe). It pickles as its model bytes, so it can be sent to DataLoader workers.
     """
 
     def __init__(self, processor: spm.SentencePieceProcessor, serialized: bytes, source: str = "<bytes>"):
-        """Wrap an already-loaded processor; prefer :meth:`load` / :meth:`from_bytes`."""
+        """Wrap an already-loaded processor; prefer :meth:`load`."""
         self._sp = processor
         self._bytes = serialized
         self.source = source
@@ -211,15 +210,6 @@ class Tokenizer:
             raise ValueError(f"{path} is not a valid SentencePiece model: {exc}") from None
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Tokenizer":
-        """Load a model from its serialized bytes (as returned by :meth:`serialized`).
-
-        Raises:
-            ValueError: the bytes are not a valid SentencePiece model.
-        """
-        return cls._from_bytes(bytes(data), "<bytes>")
-
-    @classmethod
     def _from_bytes(cls, data: bytes, source: str) -> "Tokenizer":
         if not data:
             raise ValueError("empty model data")
@@ -230,10 +220,6 @@ class Tokenizer:
         if sp.get_piece_size() <= 0:
             raise ValueError("SentencePiece model has no pieces")
         return cls(sp, data, source)
-
-    def serialized(self) -> bytes:
-        """The model file's bytes (store them in a checkpoint; reload with :meth:`from_bytes`)."""
-        return self._bytes
 
     def __getstate__(self):
         return {"bytes": self._bytes, "source": self.source}
