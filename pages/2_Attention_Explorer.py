@@ -24,7 +24,12 @@ from aiayn.examples import EXAMPLES
 from aiayn.model.maps import KIND_TITLES
 
 from aiayn.model.config import KINDS
-KIND_NAMES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Encoder-decoder (cross)"}
+#: what the rows and columns of a map of each kind are (the caption under the tabs)
+KIND_READS = {"encoder": "each source piece (row, query) attends to every source piece (column, key).",
+              "decoder": "each decoder position (row, query) attends to itself and the positions before it (columns, "
+                         "keys); the look-ahead mask hides the later ones.",
+              "cross": "each decoder position (row, query) attends to every source piece as the encoder's last "
+                       "layer left it (columns, keys)."}
 MODES = ["free", "forced"]
 ctx = ui.setup_page("Attention explorer", icon=":material/search:")
 tr = ctx.translator
@@ -184,10 +189,11 @@ def view(result) -> None:
         if _render(tab_hist):
             history_tab(v)
 
-    st.caption(f"{KIND_NAMES[kind]}: {KIND_TITLES[kind]}. Rows are queries, columns keys; each row sums to 1. "
-               + ("Decoder rows are labelled *decoder input → output*: the piece fed to the decoder at that position "
-                  "(BOS-shifted) and the piece the model predicted there (with *Merge into words*: the word fed and "
-                  "the pieces predicted at its positions)." if kind != "encoder" else ""))
+    if tab_step.open is not True:  # the step tab shows decoder and cross maps whatever the kind: it says so itself
+        st.caption(f"{KIND_TITLES[kind].capitalize()}: {KIND_READS[kind]} Each row sums to 1. "
+                   + ("Decoder rows are labelled *decoder input → output*: the piece fed to the decoder at that "
+                      "position (BOS-shifted) and the piece the model predicted there (with *Merge into words*: the "
+                      "word fed and the pieces predicted at its positions)." if kind != "encoder" else ""))
     st.markdown("##### Download the maps")
     st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
                "columns count from 0).")

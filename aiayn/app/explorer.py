@@ -216,6 +216,8 @@ def step_tab(v: ExplorerView) -> None:
     dec_w = v.pick(kind_stack(t.attention, "decoder")[v.layer - 1])
     crs_w = v.pick(kind_stack(t.attention, "cross")[v.layer - 1])
     rows = query_labels(fed, out, positions=range(i + 1))
+    st.caption(f"This tab shows the {KIND_TITLES['decoder']} and the {KIND_TITLES['cross']} of each step, whatever "
+               "the Attention choice above; the layer and head choices apply.")
     presenter = v.ctx.presenter
     # presenter mode: one chart under the other, each the full width (side by side they would shrink)
     s1, s2 = (st.container(), st.container()) if presenter else st.columns([1, 1], gap="medium")
