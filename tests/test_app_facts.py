@@ -50,3 +50,32 @@ def test_model_and_training_lists_the_runs_and_says_the_curves_are_the_last_one(
     frames = [df.value for df in at.dataframe if "lifetime steps" in df.value.columns]
     assert frames and list(frames[0]["lifetime steps"]) == ["1–8,000", "8,001–10,000"]
     assert {m.label for m in at.metric} >= {"steps logged (last run)", "wall time (last run)"}
+
+
+def _captions(at) -> list[str]:
+    return [str(c.value) for c in at.caption]
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder", "cross"])
+def test_explorer_kind_caption_says_what_rows_and_columns_are(checkpoints, kind):
+    from app_pages import open_page
+
+    at = open_page("pages/2_Attention_Explorer.py", {"kind": kind}, tab="head")
+    assert not at.exception, at.exception
+    text = "\n".join(_captions(at))
+    assert "Encoder-decoder (cross): encoder-decoder (cross) attention" not in text
+    assert "attends to" in text and "Each row sums to 1." in text
+    from aiayn.model.maps import KIND_TITLES
+
+    assert f"{KIND_TITLES[kind].capitalize()}: each " in text
+
+
+def test_step_tab_does_not_caption_its_maps_with_the_chosen_kind(checkpoints):
+    """The Step-by-step tab draws decoder and cross maps; with kind = encoder it used to say 'Encoder self: ...'."""
+    from app_pages import open_page
+
+    at = open_page("pages/2_Attention_Explorer.py", {"kind": "encoder"}, tab="step")
+    assert not at.exception, at.exception
+    text = "\n".join(_captions(at))
+    assert "Encoder self" not in text and "Encoder self-attention: each source piece" not in text
+    assert "masked decoder self-attention and the encoder-decoder (cross) attention of each step" in text
