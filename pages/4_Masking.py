@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aiayn import lessons
+from aiayn import calls, lessons
 from aiayn import app as ui
 from aiayn.figures import labs
 
@@ -30,12 +30,12 @@ def pair_for(checkpoint: str, model_id: int, text: str, reference: str, _queue) 
     src_ids, _, _ = _tr.encode_source(text)
     cfg = _tr.cfg
     if reference.strip():
-        tgt_ids = _tr.tokenizer.encode(" ".join(reference.split()))[: cfg.max_len - 2] + [cfg.eos_id]
+        tgt_ids = calls.encode_reference(_tr.tokenizer, cfg, reference).ids
         mode = "your reference"
     else:
         tgt_ids = list(_queue.run(_tr.translate, text, beam_size=4, return_attention=False).output_ids)
         mode = "the model's translation (beam 4)"
-    dec_in = [cfg.decoder_start_id] + tgt_ids[:-1]
+    dec_in = calls.decoder_input_ids(cfg, tgt_ids)
     return {"src_ids": src_ids, "src_pieces": _tr.pieces(src_ids), "dec_in": dec_in, "dec_in_pieces": _tr.pieces(dec_in),
             "target": tgt_ids, "target_pieces": _tr.pieces(tgt_ids), "mode": mode}
 
