@@ -122,6 +122,6 @@ else:
 st.markdown("#### Sweep: each head removed alone")
 pairs = sentence_pairs(ctx.direction)
 st.caption(f"For each head alone: the drop in corpus chrF of the beam output and in the reference's mean "
-           f"log-probability per piece, on the {len(pairs)} curated sentences of this direction (the model issue's "
-           "development sets do not exist yet). Cached beside the checkpoint in head_sweep.json.")
+           f"log-probability per piece, on the {len(pairs)} curated sentences of this direction. "
+           "Cached beside the checkpoint in head_sweep.json.")
 sweep_view(ctx, pairs)

@@ -21,7 +21,7 @@ BOOL = ("true", "false", "True", "False", "1", "0")
 ctx = ui.setup_page("Attention rollout", icon=":material/account_tree:", intro=(
     "**Attention rollout** (Abnar and Zuidema 2020, *Quantifying Attention Flow in Transformers*, Section 3) "
     "follows information up the stack: each layer's heads are averaged, the residual connection is added as an "
-    "identity, $A' = r\\,I + (1-r)\\,A$ (the paper uses $r = 0.5$), rows are renormalised and the layers' "
+    "identity, $A' = r\\,I + (1-r)\\,A$ (Abnar and Zuidema use $r = 0.5$), rows are renormalised and the layers' "
     "matrices are multiplied, so a row of the rollout up to layer $l$ says how much each input piece feeds that "
     "position. It is a rough picture, not an explanation: it assumes that attention mixes information linearly "
     "and that every head counts equally, and it ignores the values, the feed-forward layers and LayerNorm."))
