@@ -26,14 +26,17 @@ from .timing import Stats, interleaved, synchronize
 
 def make_batches(cfg: TransformerConfig, batch: int, src_len: int, tgt_len: int, n: int, device: str, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``n`` random batches ``(src (B, S), decoder input (B, T), target (B, T))`` of int64 ids without pads:
-    the decoder input is BOS then the target shifted right, as in training."""
+    the decoder input is the start piece then the target shifted right (:func:`aiayn.calls.shift_right`), as in
+    training."""
+    from aiayn.calls import shift_right
+
     g = torch.Generator().manual_seed(seed)
     out = []
     low = max(cfg.pad_id, cfg.bos_id, cfg.eos_id) + 1
     for _ in range(n):
         src = torch.randint(low, cfg.vocab_size, (batch, src_len), generator=g)
         tgt = torch.randint(low, cfg.vocab_size, (batch, tgt_len), generator=g)
-        dec_in = torch.cat([torch.full((batch, 1), cfg.bos_id), tgt[:, :-1]], dim=1)
+        dec_in = shift_right(cfg, tgt)
         out.append((src.to(device), dec_in.to(device), tgt.to(device)))
     return out
 
