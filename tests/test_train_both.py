@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file as np_load_file
 
-from aiayn.training import both
+from aiayn.training import both, finish
 from aiayn.training.both import RECIPES, BadInput, check_recipe, cli_main, train_flags
 
 REPO = Path(__file__).resolve().parent.parent
@@ -268,8 +268,8 @@ def test_a_failing_post_stage_leaves_no_checkpoint(done, data, tmp_path, capsys)
     (bad / "test_general.tsv").write_text("x\ty\nein\tone\n", encoding="utf-8")  # no de / en columns
     ckpt = tmp_path / "checkpoints" / "en-de"
     status = tmp_path / "status.json"
-    code = both.post_main(["--run", str(done[0] / "runs" / "en-de"), "--checkpoint", str(ckpt), "--data", str(bad),
-                           "--last", "2", "--device", "cpu", "--hardware", "test", "--status", str(status)])
+    code = finish.post_main(["--run", str(done[0] / "runs" / "en-de"), "--checkpoint", str(ckpt), "--data", str(bad),
+                             "--last", "2", "--device", "cpu", "--hardware", "test", "--status", str(status)])
     assert code == 2
     assert json.loads(status.read_text()) == {"average": 0, "evaluate_test": 0, "evaluate_test_general": 2}
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())

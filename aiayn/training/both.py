@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .finish import EXIT_INTERRUPTED, direction_summary, post_main, summary_table  # noqa: F401 - post_main: API
+from .finish import EXIT_INTERRUPTED, direction_summary, summary_table
 
 DIRECTIONS = ("en-de", "de-en")
 
