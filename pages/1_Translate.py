@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app.state import seed_form, write_view
 from aiayn.analysis import kind_stack, query_labels, split_sentences, unique_labels, unseen_script_share
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.evaluation.modelcard import quality_verdict
@@ -38,21 +39,23 @@ ctx = ui.setup_page("Translate", icon=":material/translate:")
 tr = ctx.translator
 cfg = tr.cfg
 
-# -- form state. The form's widgets keep their values when the user visits another page and comes back
-# (persist_state="session"; without it Streamlit drops the state of widgets a run does not draw, and the page
-# came back with an empty box and beam 1, alpha 0, max length 1). The URL seeds them on the first visit and
-# whenever it carries a `text` this page did not write itself (a shared link, the browser's back button).
-url_text = st.query_params.get("text")
-if "tr_text" not in st.session_state or (url_text is not None and url_text != st.session_state.get("tr_url_text")):
-    st.session_state.tr_text = DEFAULTS[ctx.direction] if url_text is None else url_text
-    st.session_state.tr_beam = ui.number_param("beam", 1, BEAM_MAX) or 4
-    a = ui.number_param("alpha", 0.0, 2.0, kind=float)
-    st.session_state.tr_alpha = 0.6 if a is None else a
-    st.session_state.tr_maxlen = ui.number_param("maxlen", 1, cfg.max_len)
-elif st.session_state.get("tr_dir") not in (None, ctx.direction) and st.session_state.tr_text == DEFAULTS.get(
-        st.session_state.tr_dir):
-    st.session_state.tr_text = DEFAULTS[ctx.direction]  # direction switched: the other language's default sentence
-st.session_state.tr_dir = ctx.direction
+# -- form state: kept in the session across pages (persist_state="session"), seeded from the URL on the first visit
+# and when the URL holds another view (a shared link, Back / Forward); see aiayn.app.state.
+PAGE = "pages/1_Translate.py"
+
+
+def _from_url() -> dict:
+    text, alpha = st.query_params.get("text"), ui.number_param("alpha", 0.0, 2.0, kind=float)
+    return {"tr_text": DEFAULTS[ctx.direction] if text is None else text,
+            "tr_beam": ui.number_param("beam", 1, BEAM_MAX) or 4, "tr_alpha": 0.6 if alpha is None else alpha,
+            "tr_maxlen": ui.number_param("maxlen", 1, cfg.max_len)}
+
+
+def _for_direction(old: str) -> dict | None:  # the other language's default sentence
+    return {"tr_text": DEFAULTS[ctx.direction]} if st.session_state.get("tr_text") == DEFAULTS.get(old) else None
+
+
+seed_form(PAGE, ("text", "beam", "alpha", "maxlen"), ctx.direction, from_url=_from_url, for_direction=_for_direction)
 
 with st.form("translate", enter_to_submit=True, border=True):
     text = st.text_input(f"Sentence in {'English' if ctx.src_lang == 'en' else 'German'}", key="tr_text",
@@ -66,14 +69,9 @@ with st.form("translate", enter_to_submit=True, border=True):
                               placeholder="source + 50", help="Empty: source length + 50 (Section 6.1)")
     c4.form_submit_button("Translate", type="primary", width="stretch")
 
-# keep the view in the URL
-for name, value, default in (("text", text, None), ("beam", int(beam), 4), ("alpha", round(float(alpha), 2), 0.6),
-                             ("maxlen", max_len, None)):
-    if value is None or value == default:
-        st.query_params.pop(name, None)
-    else:
-        st.query_params[name] = str(value)
-st.session_state.tr_url_text = st.query_params.get("text")  # what this page wrote (see the form state above)
+# keep the view in the URL (defaults left out)
+write_view(PAGE, {"text": None if text == DEFAULTS[ctx.direction] else text, "beam": None if int(beam) == 4 else int(beam),
+                  "alpha": None if round(float(alpha), 2) == 0.6 else round(float(alpha), 2), "maxlen": max_len})
 
 # -- translate: long input sentence by sentence (the model was trained on single sentences) ---------------------
 cleaned = ui.sentence_or_stop(text, max_chars=MAX_INPUT)

@@ -10,6 +10,7 @@ import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import 
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app.state import reference_follows, remember_form, seed_form, write_view
 from aiayn.app.explorer import (
     TAB_LABELS,
     ExplorerView,
@@ -17,7 +18,9 @@ from aiayn.app.explorer import (
     head_stats_tab,
     one_head_tab,
     presenter_layout,
+    seed_tab,
     step_tab,
+    write_tab,
 )
 from aiayn.app.history import history_tab
 from aiayn.examples import EXAMPLES
@@ -38,24 +41,25 @@ L, H = cfg.n_layers, cfg.n_heads
 examples = EXAMPLES[ctx.direction]
 by_sentence = {s: (ref, hint) for s, ref, hint in examples}
 
-# -- sentence and reference. The form's boxes keep their values when the user visits another page and comes back
-# (persist_state="session"); the URL seeds them on the first visit and whenever it carries a `text` this page did
-# not write itself (a shared link, Translate's "open in the explorer", the browser's back button). A newly typed
-# sentence gets its curated reference, or an empty box: never the previous sentence's reference.
-url_text = st.query_params.get("text")
-last_text, last_ref = st.session_state.get("ex_last", (None, None))
-if "ex_text" not in st.session_state or (url_text is not None and url_text != st.session_state.get("ex_url_text")):
-    if url_text is None:
-        st.session_state.ex_text, st.session_state.ex_ref = examples[0][0], examples[0][1]
-    else:
-        st.session_state.ex_text = url_text
-        st.session_state.ex_ref = st.query_params.get("ref", by_sentence.get(url_text, ("", ""))[0])
-elif st.session_state.get("ex_dir") not in (None, ctx.direction) and st.session_state.ex_text in {
-        e[0] for e in EXAMPLES.get(st.session_state.ex_dir, ())}:
-    st.session_state.ex_text, st.session_state.ex_ref = examples[0][0], examples[0][1]  # the other language's
-elif st.session_state.ex_text != last_text and st.session_state.get("ex_ref") == last_ref:
-    st.session_state.ex_ref = by_sentence.get(st.session_state.ex_text, ("", ""))[0]
-st.session_state.ex_dir = ctx.direction
+# -- sentence and reference: kept in the session across pages (persist_state="session"), seeded from the URL on the
+# first visit and when the URL holds another view (a shared link, Translate's "open in the explorer", Back / Forward;
+# see aiayn.app.state). A newly typed sentence gets its curated reference, or an empty box.
+PAGE = "pages/2_Attention_Explorer.py"
+DEFAULT_TEXT, DEFAULT_REF = examples[0][0], examples[0][1]
+
+
+def _from_url() -> dict:
+    text = st.query_params.get("text", DEFAULT_TEXT)
+    return {"ex_text": text, "ex_ref": st.query_params.get("ref", by_sentence.get(text, ("", ""))[0])}
+
+
+def _for_direction(old: str) -> dict | None:  # the other language's example
+    return ({"ex_text": DEFAULT_TEXT, "ex_ref": DEFAULT_REF}
+            if st.session_state.get("ex_text") in {e[0] for e in EXAMPLES.get(old, ())} else None)
+
+
+if seed_form(PAGE, ("text", "ref"), ctx.direction, from_url=_from_url, for_direction=_for_direction) is None:
+    reference_follows("ex_text", "ex_ref", lambda t: by_sentence.get(t, ("", ""))[0])
 
 
 def _pick_example() -> None:
@@ -88,12 +92,9 @@ with top_left:
         with f_go:
             st.form_submit_button("Show attention", type="primary", width="stretch")
 
-st.query_params["text"] = text or ""
-st.session_state.ex_url_text, st.session_state.ex_last = text or "", (text, ref)  # see the sentence state above
-if mode == "forced" and ref:
-    st.query_params["ref"] = ref
-else:
-    st.query_params.pop("ref", None)
+write_view(PAGE, {"text": None if text == DEFAULT_TEXT else text or "",
+                     "ref": ref if mode == "forced" and ref != by_sentence.get(text, ("", ""))[0] else None})
+remember_form("ex_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)
 reference = None
@@ -168,7 +169,9 @@ def view(result) -> None:
 
     # Only the open tab is drawn (for a class of 30: drawing all five on a first visit was most of the
     # server's time per student). Opening another tab reruns this fragment (on_change) and draws that one.
+    seed_tab(PAGE, ctx.direction)  # the open tab is in the URL (?tab=step)
     tab_head, tab_all, tab_step, tab_stats, tab_hist = st.tabs(list(TABS), key="tab", on_change="rerun")
+    write_tab(PAGE)
 
     def _render(tab) -> bool:
         return tab.open is not False

@@ -8,6 +8,7 @@ import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import 
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app.state import reference_follows, remember_form, seed_form, write_view
 from aiayn.app.ablation import (
     compared_maps, comparison_view, head_switches, mask_for, scores, seed_switches, sweep_view,
 )
@@ -24,23 +25,25 @@ st.caption("Each head's output softmax(QKᵀ/√d_k)V is multiplied by 0 before 
            "projected by W^O (Section 3.2.2); everything else is unchanged. A removed head's attention weights are "
            "still computed: its maps show what it *would* attend to, but nothing it reads reaches the next layer.")
 
-# -- sentence: the form keeps its values across pages (persist_state="session"); the URL seeds it on the first
-# visit and whenever it carries a `text` this page did not write itself (a link, the back button). A newly typed
-# sentence gets its curated reference, or an empty box: never the previous sentence's reference.
-url_text = st.query_params.get("text")
-last_text, last_ref = st.session_state.get("ab_last", (None, None))
-if "ab_text" not in st.session_state or (url_text is not None and url_text != st.session_state.get("ab_url_text")):
-    if url_text is None:
-        st.session_state.ab_text, st.session_state.ab_ref = examples[0][0], examples[0][1]
-    else:
-        st.session_state.ab_text = url_text
-        st.session_state.ab_ref = st.query_params.get("ref", by_sentence.get(url_text, ""))
-elif st.session_state.get("ab_dir") not in (None, ctx.direction) and st.session_state.ab_text in {
-        e[0] for e in EXAMPLES.get(st.session_state.ab_dir, ())}:
-    st.session_state.ab_text, st.session_state.ab_ref = examples[0][0], examples[0][1]  # the other language's
-elif st.session_state.ab_text != last_text and st.session_state.get("ab_ref") == last_ref:
-    st.session_state.ab_ref = by_sentence.get(st.session_state.ab_text, "")
-st.session_state.ab_dir = ctx.direction
+# -- sentence: kept in the session across pages (persist_state="session"), seeded from the URL on the first visit
+# and when the URL holds another view (a link, Back / Forward; see aiayn.app.state). A newly typed sentence gets its
+# curated reference, or an empty box: never the previous sentence's reference.
+PAGE = "pages/7_Head_Ablation.py"
+DEFAULT_TEXT, DEFAULT_REF = examples[0][0], examples[0][1]
+
+
+def _from_url() -> dict:
+    text = st.query_params.get("text", DEFAULT_TEXT)
+    return {"ab_text": text, "ab_ref": st.query_params.get("ref", by_sentence.get(text, ""))}
+
+
+def _for_direction(old: str) -> dict | None:  # the other language's example
+    return ({"ab_text": DEFAULT_TEXT, "ab_ref": DEFAULT_REF}
+            if st.session_state.get("ab_text") in {e[0] for e in EXAMPLES.get(old, ())} else None)
+
+
+if seed_form(PAGE, ("text", "ref"), ctx.direction, from_url=_from_url, for_direction=_for_direction) is None:
+    reference_follows("ab_text", "ab_ref", lambda t: by_sentence.get(t, ""))
 
 
 def _pick_example() -> None:
@@ -60,12 +63,9 @@ with left:
         ref = st.text_input(f"Reference ({ctx.tgt_lang.upper()}, optional: scores the outputs with chrF)", key="ab_ref",
                             persist_state="session")
         st.form_submit_button("Translate", type="primary")
-st.query_params["text"] = text or ""
-st.session_state.ab_url_text, st.session_state.ab_last = text or "", (text, ref)  # see the sentence state above
-if ref:
-    st.query_params["ref"] = ref
-else:
-    st.query_params.pop("ref", None)
+write_view(PAGE, {"text": None if text == DEFAULT_TEXT else text or "",
+                     "ref": None if ref == by_sentence.get(text, "") else ref or ""})
+remember_form("ab_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)
 reference = ui.optional_reference(ref)

@@ -41,11 +41,16 @@ def test_direction_bound_to_url(checkpoints):
     assert not at.exception
     assert at.radio(key="direction").value == "de-en"
     assert "German → English" in _texts(at)
-    # the shared direction travels with the navigation links
+    # the frame's widgets are bound to the URL and Streamlit carries them: a link repeating them doubled them in the URL
     from urllib.parse import parse_qs
 
     qs = [parse_qs(el.proto.query_string) for el in at.get("page_link")]
-    assert qs and all(q.get("direction") == ["de-en"] for q in qs)
+    assert qs and not any("direction" in q or "presenter" in q for q in qs)
+    # the direction belongs to the frame that runs every page: it stays through a page change
+    at.switch_page("pages/1_Translate.py").run()
+    assert not at.exception, at.exception
+    assert at.radio(key="direction").value == "de-en" and at.query_params["direction"] == "de-en"
+    assert at.text_input(key="tr_text").label == "Sentence in German"
 
 
 def test_switching_direction_changes_model(checkpoints):
@@ -308,7 +313,7 @@ def test_architecture_figure_text_reads_at_projector_size():
     sizes = [float(v) for v in re.findall(r"font-size(?:=\"|:\s*)([0-9.]+)", svg)]
     assert sizes
     assert min(sizes) * 420 / view_w >= 11, (min(sizes), view_w)
-    app_src = (REPO / "app.py").read_text()
+    app_src = (REPO / "pages" / "0_Overview.py").read_text()
     assert "st.columns([1, 1]" in app_src  # the figure's column: half the page, not two fifths
 
 

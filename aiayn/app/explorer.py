@@ -30,7 +30,8 @@ from ..figures.attention import (
 )
 from ..model.maps import KIND_TITLES
 from .charts import PRESENTER_MIN_HEIGHT, plotly_config, prepare_figure, show_figure
-from .params import warn_bad_param
+from .params import query_param, warn_bad_param
+from .state import seed_form, write_view
 
 if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
     from ..translator import Translation
@@ -43,6 +44,21 @@ TAB_LABELS = {
     "stats": ":material/table_chart: Head statistics",
     "history": ":material/timeline: Across training",
 }
+def seed_tab(page: str, direction: str) -> None:
+    """Open the tab the URL names (``?tab=step``; keys of :data:`TAB_LABELS`, absent: ``head``) when the URL holds
+    another view than the page last wrote (a shared link, Back / Forward): the tab is part of the view's URL.
+    Call before ``st.tabs(..., key="tab")``; an unknown value is reported and opens the first tab."""
+    warn_bad_param("tab", list(TAB_LABELS), f"the tab must be one of {', '.join(TAB_LABELS)}")
+    seed_form(page, ("tab",), direction,
+              from_url=lambda: {"tab": TAB_LABELS.get(query_param("tab") or "head", TAB_LABELS["head"])})
+
+
+def write_tab(page: str) -> None:
+    """Write the open tab (``st.session_state["tab"]``) to the URL, the first tab left out (see :func:`seed_tab`)."""
+    key = next((k for k, label in TAB_LABELS.items() if label == st.session_state.get("tab")), "head")
+    write_view(page, {"tab": None if key == "head" else key})
+
+
 #: how much taller the explorer's charts are in presenter mode (and at least PRESENTER_MIN_HEIGHT px)
 PRESENTER_SCALE = 1.5
 #: presenter mode: narrower side margins (Streamlit's are 5rem, which the presenter's 20 px root font makes

@@ -10,12 +10,14 @@ does not reproduce that (a browser test against a fresh server does).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
+from streamlit.runtime.pages_manager import PagesManager
 
 import plotly.io as pio
 
@@ -30,12 +32,13 @@ from .models import (
     load_translator,
 )
 from .params import is_bool, warn_bad_param
+from .state import link_params
 
 #: (script path relative to the repository root, label, icon) of every page, in sidebar order. Icons are
 #: Streamlit Material icons (shipped with Streamlit), never emoji: a classroom machine without an emoji font
 #: would show an empty box.
 PAGES: list[tuple[str, str, str]] = [
-    ("app.py", "Overview", ":material/home:"),
+    ("pages/0_Overview.py", "Overview", ":material/home:"),
     ("pages/1_Translate.py", "Translate", ":material/translate:"),
     ("pages/2_Attention_Explorer.py", "Attention explorer", ":material/search:"),
     ("pages/3_Positional_Encoding.py", "Positional encoding", ":material/waves:"),
@@ -56,11 +59,21 @@ FAVICON = REPO_ROOT / "assets" / "favicon.png"
 COLORSCALE = "Viridis"
 PRESENTER_COLORSCALE = "Cividis"
 
+# Presenter mode's page CSS. The main column's side padding shrinks (5rem of 20 px each side took 200 px from the
+# charts); typed text grows with the body text; labels wrap instead of being cut with an ellipsis in a narrow
+# column; a metric's number stays twice its label's size.
 _PRESENTER_CSS = f"""
 <style>
 html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
+[data-testid="stMainBlockContainer"] {{ padding-left: 1.5rem; padding-right: 1.5rem; padding-top: 4rem; }}
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li {{ font-size: 1.15rem; }}
 [data-testid="stWidgetLabel"] p {{ font-size: 1.05rem; }}
+[data-testid="stWidgetLabel"], [data-testid="stWidgetLabel"] *, [data-testid="stMetricLabel"],
+[data-testid="stMetricLabel"] * {{ white-space: normal !important; overflow: visible !important;
+  text-overflow: clip !important; overflow-wrap: anywhere; }}
+[data-testid="stMetricLabel"] p {{ font-size: 1rem; }}
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * {{ font-size: 2rem; }}
+[data-testid="stMain"] input, [data-testid="stMain"] textarea {{ font-size: 1.15rem; }}
 [data-testid="stSidebar"] [data-testid="stPageLink"] p {{ font-size: 0.8rem; }}
 </style>
 """
@@ -136,30 +149,61 @@ def _theme_type() -> str:
     return t if t in ("light", "dark") else "light"
 
 
-def setup_page(title: str, icon: str = ":material/smart_toy:", *, intro: str | None = None) -> PageContext:
-    """Set up a page; must be its first Streamlit call. Sets the page config (wide layout), draws the
-    sidebar navigation (``st.page_link`` to every page of :data:`PAGES`, carrying the shared settings in
-    the URL), the sidebar settings (after warning about invalid URL values) and the page title (pages
-    must not repeat it).
+#: per-thread: the PageContext the frame built for the script run now in progress (set only while the frame's
+#: page runs; each session's script run has a thread of its own)
+_RUN = threading.local()
 
-    Args:
-        title: page title (browser tab and ``st.title``).
-        icon: a Material icon (``":material/name:"``) shown before the title (the tab shows
-            :data:`FAVICON`); an emoji still works but renders as an empty box without an emoji font.
-        intro: optional one-paragraph introduction shown under the title.
 
-    Returns:
-        the :class:`PageContext`.
+def run_app() -> None:
+    """The frame (``app.py``): one script that runs on every page and then runs the page. Sets the page config,
+    registers every page of :data:`PAGES` with ``st.navigation`` (hidden: the sidebar links are drawn here, so
+    each carries its page's last view, :func:`aiayn.app.state.link_params`), draws the sidebar (links and shared settings, bound to the URL) and runs the
+    page the URL names, which gets the frame's :class:`PageContext` from :func:`setup_page`.
+
+    The settings' widgets are created by this script, not by a page, so their state and their URL parameters
+    (``direction``, ``presenter``, ``export``) survive every page change, Back and Forward (Streamlit's
+    multipage "picture frame").
     """
+    _leave_pages_directory_mode()
+    _page_config("aiayn", ":material/home:")
+    pages = [st.Page(path, title=label, icon=icon, default=i == 0)
+             for i, (path, label, icon) in enumerate(PAGES) if page_exists(path)]
+    page = st.navigation(pages, position="hidden")
+    _RUN.ctx = frame_sidebar()
+    try:
+        page.run()
+    finally:
+        _RUN.ctx = None
+
+
+def _leave_pages_directory_mode() -> None:
+    """Streamlit decides once per server process whether the app uses the legacy ``pages/`` folder (a folder of
+    that name beside the entry script) and keeps doing so until the first ``st.navigation`` call: on a freshly
+    started server the first request to a sub-page runs that page alone, without this frame (its settings and
+    their URL parameters lost). A run in that mode switches it off for the process and reruns, so the frame
+    runs and picks the same page (the page's URL path is the same in both modes); nothing has been drawn yet."""
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
+def _page_config(title: str, icon: str) -> None:
     try:
         # A Material icon as page_icon makes the browser fetch its favicon from Google's font CDN; the app is
         # offline, so those pages use the shipped favicon instead (the icon still shows in the title).
         page_icon = str(FAVICON) if icon.startswith(":material/") and FAVICON.is_file() else icon
-        st.set_page_config(page_title=f"{title} · aiayn", page_icon=page_icon, layout="wide",
-                           initial_sidebar_state="expanded")
-    except Exception:  # noqa: BLE001 - set_page_config called twice (a page that also sets it)
+        st.set_page_config(page_title=title, page_icon=page_icon, layout="wide", initial_sidebar_state="expanded")
+    except StreamlitAPIException:  # an older Streamlit allows one call per run
         pass
 
+
+def frame_sidebar() -> PageContext:
+    """Draw the sidebar: links to every page of :data:`PAGES` (``st.page_link`` carrying the page's last view;
+    Streamlit carries the settings, bound to the URL), then the shared settings (after warning about invalid URL values), and the presenter CSS.
+
+    Returns:
+        the :class:`PageContext` of the settings.
+    """
     nav = st.sidebar.container()
     settings = st.sidebar.container()
     with settings:
@@ -196,22 +240,43 @@ def setup_page(title: str, icon: str = ":material/smart_toy:", *, intro: str | N
     presenter = bool(presenter)
     export_format = export_format if export_format in EXPORT_FORMATS else "png"
 
-    carry = nav_query_params(direction=direction, presenter=presenter, export=export_format)
     with nav:
         st.markdown("### aiayn")
         st.caption("Attention Is All You Need, instrumented")
         for path, label, page_icon in PAGES:
-            if path == "app.py" or page_exists(path):
-                page_link(path, label=label, icon=page_icon, query_params=carry or None)
-
-    ctx = PageContext(
+            if page_exists(path):
+                page_link(path, label=label, icon=page_icon, query_params=link_params(path) or None)
+    if presenter:
+        st.html(_PRESENTER_CSS)
+    return PageContext(
         direction=direction,
         presenter=presenter,
         colorscale=PRESENTER_COLORSCALE if presenter else COLORSCALE,
         template=DARK_TEMPLATE if _theme_type() == "dark" else LIGHT_TEMPLATE,
     )
-    if presenter:
-        st.html(_PRESENTER_CSS)
+
+
+def setup_page(title: str, icon: str = ":material/smart_toy:", *, intro: str | None = None) -> PageContext:
+    """A page's first Streamlit call: the page's title (browser tab and ``st.title``; pages must not repeat it)
+    and the :class:`PageContext` of the frame (:func:`run_app`) that runs the page. A page run without the
+    frame (a page script given to ``streamlit run`` or ``AppTest`` on its own) draws the sidebar itself; a page
+    run by Streamlit's legacy ``pages/`` mode on a fresh server reruns through the frame first.
+
+    Args:
+        title: page title (browser tab and ``st.title``).
+        icon: a Material icon (``":material/name:"``) shown before the title (the tab shows
+            :data:`FAVICON`); an emoji still works but renders as an empty box without an emoji font.
+        intro: optional one-paragraph introduction shown under the title.
+
+    Returns:
+        the :class:`PageContext`.
+    """
+    ctx = getattr(_RUN, "ctx", None)
+    if ctx is None:
+        _leave_pages_directory_mode()
+    _page_config(f"{title} · aiayn", icon)
+    if ctx is None:
+        ctx = frame_sidebar()
     st.title(f"{icon} {title}")
     if intro:
         st.markdown(intro)
@@ -233,19 +298,9 @@ def page_link(path: str, **kwargs: Any) -> None:
         pass
 
 
-def nav_query_params(*, direction: str | None = None, presenter: bool | None = None, export: str | None = None,
-                     **extra: Any) -> dict[str, str]:
-    """Query parameters that carry the shared state to another page (defaults left out); ``extra``
-    parameters are added as strings (None values left out). Unset arguments are read from the session."""
-    direction = st.session_state.get("direction", DEFAULT_DIRECTION) if direction is None else direction
-    presenter = bool(st.session_state.get("presenter", False)) if presenter is None else presenter
-    export = st.session_state.get("export", "png") if export is None else export
-    out: dict[str, str] = {}
-    if direction in DIRECTIONS and direction != DEFAULT_DIRECTION:
-        out["direction"] = direction
-    if presenter:
-        out["presenter"] = "true"
-    if export in EXPORT_FORMATS and export != "png":
-        out["export"] = export
-    out.update({k: str(v) for k, v in extra.items() if v is not None})
-    return out
+def nav_query_params(**extra: Any) -> dict[str, str]:
+    """Query parameters of a link that opens a view on another page: ``extra`` as strings (None values left out).
+    The shared settings (direction, presenter mode, download format) are not included: the frame's widgets are
+    bound to the URL and Streamlit carries them through every navigation (a link that also named them would
+    repeat them in the URL)."""
+    return link_params("", extra) if extra else {}
