@@ -132,7 +132,7 @@ def head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, kinds: Seq
     Raises:
         ValueError: no pairs, an unknown kind, ``beam_size < 1``.
     """
-    import pandas as pd  # function-level: pandas costs ~0.3 s; only the sweep needs it
+    import pandas as pd  # function-level: pandas is slow to import; only the sweep needs it
 
     from .decoding import check_beam_options  # function-level: imports torch
 
