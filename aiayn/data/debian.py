@@ -24,11 +24,13 @@ from pathlib import Path
 
 from ..files import sha256_file
 from .corpora import Pair
+from .game_text import STORY_FORMATS, story_pairs
 from .gettext_pairs import clean_pairs, mo_pairs
 from .help_pages import aligned_page_pairs
 from .splits import is_sentence, normalize, substring_hits
 
-__all__ = ["HELD_OUT", "HELD_OUT_DEBS", "TRAIN_PACKAGES", "licence_of", "HELP_COMPANIONS", "DEFAULT_DEB_DIR", "DEFAULT_DEBIAN_DIR",
+__all__ = ["HELD_OUT", "HELD_OUT_DEBS", "TRAIN_PACKAGES", "STORY_SOURCES", "SOURCE_KINDS", "KIND_WEIGHTS",
+           "kind_of", "licence_of", "HELP_COMPANIONS", "DEFAULT_DEB_DIR", "DEFAULT_DEBIAN_DIR",
            "check_not_held_out", "obtain_debs", "read_deb", "package_pairs", "remove_leaks", "draw_heldout"]
 
 #: Source packages whose catalogues are held out for a domain test (never training data).
@@ -79,7 +81,34 @@ wesnoth-1.16-nr wesnoth-1.16-sof wesnoth-1.16-sota wesnoth-1.16-sotbe wesnoth-1.
 wesnoth-1.16-tsg wesnoth-1.16-ttb wesnoth-1.16-utbs widelands-data xboard xfce4-panel xfce4-power-manager-data
 xfce4-session xfce4-settings xfce4-terminal xfdesktop4-data xfsprogs xfwm4 xournalpp xsane-common yelp
 zenity-common
+naev-data gcompris-qt-data colobot-common colobot hedgewars-data ufoai-misc freecol freedink-data freeorion-data
+crawl-common
+bomber bovo granatier kapman katomic kblackbox kblocks kbounce kbreakout kdiamond kfourinline kgoldrunner kigo
+killbots kiriki kjumpingcube klickety klines kmahjongg knavalbattle knetwalk kollision konquest kshisen ksirk
+ksnakeduel kspaceduel ksquares kubrick picmi kajongg libkf5kdegames7 ktuberling-data lskat-data palapeli-data
+kalgebra-common klettres-data ktouch-data minuet-data parley-data
 """.split())
+#: Packages whose game text is read beside their ``.mo`` catalogues, and the formats read
+#: (:data:`~aiayn.data.game_text.STORY_FORMATS`). 0ad-data (.po inside zip archives) is not read: its .deb is 1.4 GB.
+STORY_SOURCES = {"gcompris-qt-data": ("qm",), "hedgewars-data": ("qm", "lua", "keyvalue"),
+                 "freecol": ("properties",), "freeorion-data": ("stringtable",), "crawl-common": ("crawl",),
+                 "colobot-common": ("colobot",)}
+#: The kind of text of each package that is not user-interface text (``"ui"``) or help pages
+#: (``"documentation"``, :data:`HELP_COMPANIONS` and Mallard/HTML help): game stories, dialogue and mission text
+#: (``"narrative"``) or short everyday sentences and instructions (``"everyday"``). Used for :data:`KIND_WEIGHTS`.
+SOURCE_KINDS = {
+    **{p: "narrative" for p in """cataclysm-dda-data freedroidrpg-data widelands-data warzone2100-data freeciv-data
+       wesnoth-1.16-data wesnoth-1.16-did wesnoth-1.16-dm wesnoth-1.16-dw wesnoth-1.16-ei wesnoth-1.16-httt
+       wesnoth-1.16-l wesnoth-1.16-low wesnoth-1.16-nr wesnoth-1.16-sof wesnoth-1.16-sota wesnoth-1.16-sotbe
+       wesnoth-1.16-thot wesnoth-1.16-trow wesnoth-1.16-tsg wesnoth-1.16-ttb wesnoth-1.16-utbs naev-data
+       hedgewars-data ufoai-misc freecol freeorion-data crawl-common colobot-common""".split()},
+    **{p: "everyday" for p in "freedink-data gcompris-qt-data gbrainy tuxpaint-data ktuberling-data".split()},
+    **{p: "documentation" for p in "libreoffice-help-de gimp-help-de gnome-user-docs gnome-devel-docs".split()},
+}
+#: Default upsampling factor per kind: how many times a train pair of that kind is seen per epoch when training
+#: weights the mix (``train_kinds.txt`` of a prepared folder names each train pair's kind). A starting point that
+#: tilts the mix toward everyday and narrative sentences, to be tuned by measurement (docs/data.md).
+KIND_WEIGHTS = {"ding": 1, "ui": 1, "documentation": 1, "narrative": 2, "everyday": 3}
 DEFAULT_DEB_DIR = Path("~/.cache/aiayn/debs")
 DEFAULT_DEBIAN_DIR = Path("~/.cache/aiayn/data/debian")
 
@@ -130,10 +159,12 @@ def obtain_debs(packages, deb_dir: str | os.PathLike = DEFAULT_DEB_DIR, download
     return out
 
 
-def read_deb(deb: str | os.PathLike) -> dict:
+def read_deb(deb: str | os.PathLike, story_formats: tuple[str, ...] = ()) -> dict:
     """Control fields and the files this module reads from one ``.deb``: ``{"package", "version", "source",
-    "sha256", "file", "mo": {path: bytes}, "help": {path: bytes}, "copyright": text, "doc_link": package}``
-    (``doc_link``: the package whose doc folder ``usr/share/doc/PACKAGE`` links to, "" if none).
+    "sha256", "file", "mo": {path: bytes}, "help": {path: bytes}, "story": {path: bytes}, "copyright": text,
+    "doc_link": package}`` (``story``: the files matching the patterns of ``story_formats``, keys of
+    :data:`~aiayn.data.game_text.STORY_FORMATS`; ``doc_link``: the package whose doc folder
+    ``usr/share/doc/PACKAGE`` links to, "" if none).
 
     Raises:
         RuntimeError: ``dpkg-deb`` cannot read the file.
@@ -145,7 +176,9 @@ def read_deb(deb: str | os.PathLike) -> dict:
     fields = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     info = {"package": fields.get("Package", ""), "version": fields.get("Version", ""),
             "source": fields.get("Source", fields.get("Package", "")).split(" ")[0],
-            "file": deb.name, "sha256": sha256_file(deb), "mo": {}, "help": {}, "copyright": "", "doc_link": ""}
+            "file": deb.name, "sha256": sha256_file(deb), "mo": {}, "help": {}, "story": {}, "copyright": "",
+            "doc_link": ""}
+    story = [STORY_FORMATS[f] for f in story_formats]
     proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
     with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
         for m in tar:
@@ -155,7 +188,8 @@ def read_deb(deb: str | os.PathLike) -> dict:
             if not m.isfile():
                 continue
             key = "mo" if _MO.search(name) else "help" if _HELP.match(name) else \
-                "copyright" if _COPYRIGHT.match(name) else None
+                "copyright" if _COPYRIGHT.match(name) else \
+                "story" if any(p.search("/" + name) for p in story) else None
             if key:
                 data = tar.extractfile(m).read()
                 if key == "copyright":
@@ -213,17 +247,14 @@ def catalogue_pairs(info: dict, counts: dict, *, skip_held_out: bool = True) -> 
     return raw, messages, files
 
 
-def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple[str, str, bool]], dict]:
-    """Cleaned ``(de, en, normalised)`` pairs of one package read by :func:`read_deb` (``companion``: the English
-    help package for a German help package) and its census record. ``.mo`` catalogues whose text domain is
-    held out are skipped and counted.
+def kind_of(package: str) -> str:
+    """The kind of text a training package gives (:data:`SOURCE_KINDS`; ``"ui"`` for every other package)."""
+    return SOURCE_KINDS.get(package, "ui")
 
-    Raises:
-        ValueError: the package is held out (:func:`check_not_held_out`).
-    """
-    check_not_held_out(info["package"], info["source"])
-    counts: dict = {}
-    raw, messages, files = catalogue_pairs(info, counts)
+
+def help_pairs(info: dict, companion: dict | None, counts: dict) -> tuple[list[tuple[str, str]], int]:
+    """Raw ``(de, en)`` pairs of the help pages of a package read by :func:`read_deb` (``companion``: the English
+    help package of a German one), page by page in path order, and the number of pages paired."""
     help_files = dict(info["help"])
     if companion:
         help_files.update(companion["help"])
@@ -231,19 +262,37 @@ def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple
     for path, data in help_files.items():
         m = _HELP.match(path)
         (de if m.group(2) == "de" else en)[(m.group(1), m.group(3))] = data
-    pages = 0
+    raw, pages = [], 0
     for key in sorted(en):
         if key in de:
             pairs, how = aligned_page_pairs(en[key].decode("utf-8", "replace"), de[key].decode("utf-8", "replace"))
             counts[f"pages_{how}"] = counts.get(f"pages_{how}", 0) + 1
             raw.extend(pairs)
-            messages += len(pairs)
             pages += 1
+    return raw, pages
+
+
+def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple[str, str, bool]], dict]:
+    """Cleaned ``(de, en, normalised)`` pairs of one package read by :func:`read_deb` (``companion``: the English
+    help package for a German help package) and its census record: catalogues, then help pages, then the story
+    files of :data:`STORY_SOURCES` (:func:`~aiayn.data.game_text.story_pairs`). ``.mo`` catalogues whose text
+    domain is held out are skipped and counted.
+
+    Raises:
+        ValueError: the package is held out (:func:`check_not_held_out`).
+    """
+    check_not_held_out(info["package"], info["source"])
+    counts: dict = {}
+    raw, messages, files = catalogue_pairs(info, counts)
+    hp, pages = help_pairs(info, companion, counts)
+    story, n_story, story_files = story_pairs(info.get("story", {}), STORY_SOURCES.get(info["package"], ()), counts)
+    raw += hp + story
     kept = clean_pairs(raw, counts)
     record = {"package": info["package"], "version": info["version"], "source": info["source"],
               "file": info["file"], "sha256": info["sha256"], "licence": licence_of(info["copyright"]),
-              "mo_files": len(files), "help_pages": pages, "messages_read": messages, "pairs_kept": len(kept),
-              "rules": counts}
+              "kind": kind_of(info["package"]), "mo_files": len(files), "help_pages": pages,
+              "story_files": len(story_files), "messages_read": messages + len(hp) + n_story,
+              "pairs_kept": len(kept), "rules": counts}
     if companion:
         record["companion"] = {k: companion[k] for k in ("package", "version", "file", "sha256")}
     return kept, record

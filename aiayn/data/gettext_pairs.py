@@ -29,7 +29,7 @@ MAX_PLACEHOLDERS = 2
 RULES = {
     "context": "a context prefix `ctx\\x04msgid` is removed (polib gives it as msgctxt); plural forms: singular only",
     "placeholders": "printf/format placeholders (`%s`, `%1$d`, `%qD`, `%(name)s`, `{0}`, `{name}`, `$(ARG1)`, "
-                    "`%1`, `$1`, `${name}`) are replaced by `X`; gcc's `%<`/`%>` quotes become `'`; `%%` becomes `%`",
+                    "`%1`, `$1`, `${name}`, minetest's `@1`, undecoded entities such as KDE's `&kgpg;`) are replaced by `X`; gcc's `%<`/`%>` quotes become `'`; `%%` becomes `%`",
     "too_many_placeholders": f"messages with more than {MAX_PLACEHOLDERS} placeholders are dropped",
     "accelerators": "keyboard accelerators are removed: `_File`, `&File`, `~File`, `(_F)`",
     "markup": "markup tags (`<b>`, `<a href=...>`) are removed (their text kept) and entities decoded "
@@ -51,6 +51,8 @@ _PLACEHOLDER = re.compile(
     r"|\$\([A-Za-z0-9_]+\)"
     r"|\$\{[A-Za-z0-9_]+\}"
     r"|\$\d+\b"
+    r"|(?<!\w)@\d+\b"                   # minetest: "@1"
+    r"|&[A-Za-z][\w.-]*;"                # an entity html.unescape does not know (KDE: "&kgpg;", "&kde;")
 )
 _PERCENT = "\ue000"  # stands for a literal "%%" while placeholders are replaced
 _GCC_QUOTE = re.compile(r"%[<>]")

@@ -24,11 +24,12 @@ from ..files import atomic_write_text, sha256_file
 from ..tokenizer import train_sentencepiece
 from .corpora import Pair, write_tsv
 from .ding import DING_ATTRIBUTION, DING_DEBIAN_PACKAGE, DING_LICENSE, DING_VERSION, obtain_ding, parse_ding
+from .game_text import GAME_RULES
 from .gettext_pairs import RULES, clean_pairs
 from .prepare import build_dictionary, length_histogram, nonempty_collapsed
 from .splits import is_sentence, make_splits, normalize
 
-__all__ = ["prepare_debian", "debian_summary"]
+__all__ = ["prepare_debian", "debian_summary", "load_train_weights"]
 
 
 def prepare_debian(
@@ -82,10 +83,48 @@ def prepare_debian(
     dsplits, drep = make_splits(cleaned, n_valid=n_valid, n_test=n_test, seed=seed, heldout_pool="sentences",
                                 return_report=True)
     t_ding = time.time() - t0
+    records, tagged = _read_train_packages(packages, paths, deb_dir, download, progress)
+    domain_raw, domain_records = _read_domain_packages(domain_packages, paths)
+    built = _combine(tagged, dsplits, domain_raw, n_test_general, n_test_domain, seed)
+    splits = built["splits"]
+    for name, sp in splits.items():
+        write_tsv(sp, out / f"{name}.tsv")
+    kinds = _train_kinds(splits["train"], set(dsplits["train"]), built["owner"])
+    atomic_write_text(out / "train_kinds.txt", "".join(k + "\n" for k in kinds))
+    dictionary = build_dictionary(splits["train"])
+    write_tsv(dictionary, out / "dictionary.tsv")
+    t_pairs = time.time() - t0
 
+    t1 = time.time()
+    train = splits["train"]
+    if progress:
+        print(f"training SentencePiece ({vocab_size} pieces) on {2 * len(train):,} train sides ...", file=sys.stderr)
+    train_sentencepiece([q.de for q in train] + [q.en for q in train], out / "spm.model", vocab_size=vocab_size,
+                        hard_vocab_limit=hard_vocab_limit)
+    t_spm = time.time() - t1
+
+    params = {"vocab_size": vocab_size, "n_valid": n_valid, "n_test": n_test, "n_test_general": n_test_general,
+              "n_test_domain": n_test_domain, "seed": seed}
+    ding = {"debian_package": DING_DEBIAN_PACKAGE, "version": DING_VERSION, "file": "de-en.txt",
+            "sha256": sha256_file(corpus), "license": DING_LICENSE, "attribution": DING_ATTRIBUTION,
+            "parse": {**ding_report.to_dict(), "source": "de-en.txt"}, "empty_pairs_dropped": empty_dropped,
+            "split": drep.to_dict()}
+    sheet = _datasheet(out, params, ding, records, domain_records, built, kinds, len(dictionary))
+    atomic_write_text(out / "datasheet.json", json.dumps(sheet, ensure_ascii=False, indent=2) + "\n")
+    atomic_write_text(out / "DATASHEET.md", _debian_datasheet_markdown(sheet, splits))
+    timing = {"debs_found_ding_split_s": round(t_ding, 1), "until_pairs_written_s": round(t_pairs, 1),
+              "sentencepiece_s": round(t_spm, 1), "total_s": round(time.time() - t0, 1)}
+    atomic_write_text(out / "timing.json", json.dumps(timing, indent=2) + "\n")
+    sheet["timing_s"] = timing
+    return sheet
+
+
+def _read_train_packages(packages, paths, deb_dir, download, progress) -> tuple[list[dict], list]:
+    """Census records and cleaned ``(Pair, package, normalised)`` of the training packages, in package order."""
+    from . import debian as deb
     records, tagged = [], []
     for p in tqdm(packages, desc="Debian packages", unit="pkg", disable=not progress):
-        info = deb.read_deb(paths[p])
+        info = deb.read_deb(paths[p], deb.STORY_SOURCES.get(p, ()))
         if not info["copyright"].strip() and info["doc_link"]:  # licence from the package the doc folder links to
             link = deb.read_deb(deb.obtain_debs([info["doc_link"]], deb_dir, download=download)[info["doc_link"]])
             info["copyright"] = link["copyright"]
@@ -93,6 +132,13 @@ def prepare_debian(
         kept, rec = deb.package_pairs(info, comp)
         records.append(rec)
         tagged.extend((Pair(d, e), p, norm) for d, e, norm in kept)
+    return records, tagged
+
+
+def _read_domain_packages(domain_packages, paths) -> tuple[list[Pair], list[dict]]:
+    """Placeholder-free cleaned pairs of the held-out packages' catalogues (for ``test_domain.tsv``) and their
+    census records."""
+    from . import debian as deb
     domain_raw, domain_records = [], []
     for p in domain_packages:
         info = deb.read_deb(paths[p])
@@ -103,8 +149,25 @@ def prepare_debian(
         domain_records.append({"package": info["package"], "version": info["version"], "file": info["file"],
                                "sha256": info["sha256"], "licence": deb.licence_of(info["copyright"]),
                                "messages_read": n, "pairs_kept": len(kept)})
+    return domain_raw, domain_records
 
-    # dedup the Debian pairs (first occurrence in package order), then keep Ding valid/test out of them
+
+def _dedup(pairs) -> list[Pair]:
+    seen, out = set(), []
+    for q in pairs:
+        k = (normalize(q.de), normalize(q.en))
+        if k not in seen:
+            seen.add(k)
+            out.append(q)
+    return out
+
+
+def _combine(tagged, dsplits, domain_raw, n_test_general: int, n_test_domain: int, seed: int) -> dict:
+    """The five splits from Ding's splits and the Debian pairs: dedup the Debian pairs (first occurrence in
+    package order), remove Ding valid/test leaks, draw test_general (placeholder-free) and test_domain, join the
+    rest to Ding's train (dedup) and remove test_general/test_domain leaks from it. Returns the splits, the
+    owning package of each Debian pair, the Debian pairs kept and the counts of each step."""
+    from . import debian as deb
     seen, uniq, owner, normalised = set(), [], {}, set()
     for pair, p, norm in tagged:
         k = (normalize(pair.de), normalize(pair.en))
@@ -114,7 +177,6 @@ def prepare_debian(
             owner[pair] = p
             if norm:
                 normalised.add(pair)
-    dup_removed = len(tagged) - len(uniq)
     ding_held = {normalize(s) for sp in ("valid", "test") for q in dsplits[sp] for s in q}
     debian_pairs, ding_exact, ding_sub = deb.remove_leaks(uniq, ding_held)
     taken = set(ding_held)
@@ -124,79 +186,81 @@ def prepare_debian(
         raise ValueError(f"only {len(general)} full-sentence Debian pairs for test_general (wanted {n_test_general})")
     new_held = {normalize(s) for q in general + domain for s in q}
     gset = set(general)
-    train, seen2 = [], set()
-    for q in dsplits["train"] + [q for q in debian_pairs if q not in gset]:
-        k = (normalize(q.de), normalize(q.en))
-        if k not in seen2:
-            seen2.add(k)
-            train.append(q)
+    train = _dedup(dsplits["train"] + [q for q in debian_pairs if q not in gset])
     cross_dups = len(dsplits["train"]) + len(debian_pairs) - len(gset) - len(train)
     train, new_exact, new_sub = deb.remove_leaks(train, new_held)
-    splits = {"train": train, "valid": dsplits["valid"], "test": dsplits["test"],
-              "test_general": general, "test_domain": domain}
-    for name, sp in splits.items():
-        write_tsv(sp, out / f"{name}.tsv")
-    dictionary = build_dictionary(train)
-    write_tsv(dictionary, out / "dictionary.tsv")
-    t_pairs = time.time() - t0
+    stats = {"pairs_after_cleaning": len(tagged), "duplicates_removed": len(tagged) - len(uniq),
+             "removed_equal_to_ding_heldout": ding_exact, "removed_quoting_ding_heldout": ding_sub,
+             "duplicates_of_ding_train": cross_dups, "train_removed_equal_to_new_heldout": new_exact,
+             "train_removed_quoting_new_heldout": new_sub}
+    return {"splits": {"train": train, "valid": dsplits["valid"], "test": dsplits["test"],
+                       "test_general": general, "test_domain": domain},
+            "owner": owner, "debian_pairs": debian_pairs, "stats": stats}
 
-    t1 = time.time()
-    if progress:
-        print(f"training SentencePiece ({vocab_size} pieces) on {2 * len(train):,} train sides ...", file=sys.stderr)
-    train_sentencepiece([q.de for q in train] + [q.en for q in train], out / "spm.model", vocab_size=vocab_size,
-                        hard_vocab_limit=hard_vocab_limit)
-    t_spm = time.time() - t1
 
-    in_train = {}
-    train_set = set(train)
-    for q in debian_pairs:
+def _train_kinds(train: list[Pair], ding_train: set, owner: dict) -> list[str]:
+    """The kind of text of every train pair (``"ding"`` or :func:`~aiayn.data.debian.kind_of` its package)."""
+    from . import debian as deb
+    return ["ding" if q in ding_train else deb.kind_of(owner[q]) for q in train]
+
+
+def _datasheet(out: Path, params: dict, ding: dict, records: list, domain_records: list, built: dict,
+               kinds: list[str], n_dictionary: int) -> dict:
+    """The datasheet (``datasheet.json``): sources with their per-split counts, rules, leak removal, the kinds of
+    text and their default weights, and the sha256 of every file written."""
+    from . import debian as deb
+    splits, owner = built["splits"], built["owner"]
+    train_set = set(splits["train"])
+    in_train: dict = {}
+    for q in built["debian_pairs"]:
         if q in train_set:
             in_train[owner[q]] = in_train.get(owner[q], 0) + 1
     for r in records:
         r["pairs_in_train"] = in_train.get(r["package"], 0)
-        r["pairs_in_test_general"] = sum(1 for q in general if owner[q] == r["package"])
+        r["pairs_in_test_general"] = sum(1 for q in splits["test_general"] if owner[q] == r["package"])
+    counts = {name: {"pairs": len(sp), "sentences": sum(1 for q in sp if is_sentence(q.de) and is_sentence(q.en)),
+                     "words_hist_de": length_histogram(q.de for q in sp),
+                     "words_hist_en": length_histogram(q.en for q in sp)} for name, sp in splits.items()}
     n_debian_train = sum(in_train.values())
-    counts = {}
-    for name, sp in splits.items():
-        counts[name] = {"pairs": len(sp), "sentences": sum(1 for q in sp if is_sentence(q.de) and is_sentence(q.en)),
-                        "words_hist_de": length_histogram(q.de for q in sp),
-                        "words_hist_en": length_histogram(q.en for q in sp)}
-    counts["train"]["from_ding"] = len(train) - n_debian_train
+    counts["train"]["from_ding"] = len(splits["train"]) - n_debian_train
     counts["train"]["from_debian"] = n_debian_train
     rule_totals: dict = {}
     for r in records:
         for k, v in r["rules"].items():
             rule_totals[k] = rule_totals.get(k, 0) + v
-    sheet = {
+    kind_counts = {k: kinds.count(k) for k in deb.KIND_WEIGHTS}
+    files = ("train.tsv", "valid.tsv", "test.tsv", "test_general.tsv", "test_domain.tsv", "dictionary.tsv",
+             "spm.model", "train_kinds.txt")
+    return {
         "name": "Ding + German-English text from Debian packages (aiayn data debian)",
-        "parameters": {"vocab_size": vocab_size, "n_valid": n_valid, "n_test": n_test,
-                       "n_test_general": n_test_general, "n_test_domain": n_test_domain, "seed": seed},
-        "ding": {"debian_package": DING_DEBIAN_PACKAGE, "version": DING_VERSION, "file": "de-en.txt",
-                 "sha256": sha256_file(corpus), "license": DING_LICENSE, "attribution": DING_ATTRIBUTION,
-                 "parse": {**ding_report.to_dict(), "source": "de-en.txt"}, "empty_pairs_dropped": empty_dropped, "split": drep.to_dict()},
-        "debian_sources": records,
-        "held_out_sources": domain_records,
-        "held_out_packages": sorted(deb.HELD_OUT),
-        "rules": RULES,
-        "rule_counts": rule_totals,
-        "debian": {"pairs_after_cleaning": len(tagged), "duplicates_removed": dup_removed,
-                   "removed_equal_to_ding_heldout": ding_exact, "removed_quoting_ding_heldout": ding_sub,
-                   "duplicates_of_ding_train": cross_dups, "train_removed_equal_to_new_heldout": new_exact,
-                   "train_removed_quoting_new_heldout": new_sub},
-        "counts": counts,
-        "dictionary_entries": len(dictionary),
-        "tokenizer": {"file": "spm.model", "type": "bpe", "vocab_size": vocab_size,
+        "parameters": params, "ding": ding, "debian_sources": records, "held_out_sources": domain_records,
+        "held_out_packages": sorted(deb.HELD_OUT), "rules": {**RULES, **GAME_RULES}, "rule_counts": rule_totals,
+        "debian": built["stats"], "counts": counts, "dictionary_entries": n_dictionary,
+        "kinds": {"file": "train_kinds.txt", "train_pairs": kind_counts, "default_weights": dict(deb.KIND_WEIGHTS),
+                  "what": "one kind per train.tsv row (header excluded); a training mix may repeat a pair of kind k "
+                          "default_weights[k] times per epoch"},
+        "tokenizer": {"file": "spm.model", "type": "bpe", "vocab_size": params["vocab_size"],
                       "trained_on": "combined train split, both sides (joint vocabulary, Section 5.1)"},
-        "files_sha256": {f: sha256_file(out / f) for f in ("train.tsv", "valid.tsv", "test.tsv", "test_general.tsv",
-                                                           "test_domain.tsv", "dictionary.tsv", "spm.model")},
+        "files_sha256": {f: sha256_file(out / f) for f in files},
     }
-    atomic_write_text(out / "datasheet.json", json.dumps(sheet, ensure_ascii=False, indent=2) + "\n")
-    atomic_write_text(out / "DATASHEET.md", _debian_datasheet_markdown(sheet, splits))
-    timing = {"debs_found_ding_split_s": round(t_ding, 1), "until_pairs_written_s": round(t_pairs, 1),
-              "sentencepiece_s": round(t_spm, 1), "total_s": round(time.time() - t0, 1)}
-    atomic_write_text(out / "timing.json", json.dumps(timing, indent=2) + "\n")
-    sheet["timing_s"] = timing
-    return sheet
+
+
+def load_train_weights(data_dir: str | os.PathLike, weights: dict[str, float] | None = None) -> list[float]:
+    """One weight per ``train.tsv`` row of a folder prepared by :func:`prepare_debian`: the weight of its kind in
+    ``train_kinds.txt`` (``weights``, default the folder's ``datasheet.json`` default weights).
+
+    Raises:
+        FileNotFoundError: the folder has no ``train_kinds.txt`` (prepared before kinds were recorded).
+        ValueError: a kind without a weight.
+    """
+    d = Path(data_dir).expanduser()
+    kinds = (d / "train_kinds.txt").read_text(encoding="utf-8").split()
+    if weights is None:
+        weights = json.loads((d / "datasheet.json").read_text(encoding="utf-8"))["kinds"]["default_weights"]
+    missing = sorted(set(kinds) - set(weights))
+    if missing:
+        raise ValueError(f"no weight for kind(s) {', '.join(missing)} (weights given: {', '.join(sorted(weights))})")
+    return [float(weights[k]) for k in kinds]
 
 
 def _debian_datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> str:

@@ -138,6 +138,25 @@ def make_splits(
     if heldout_pool not in ("sentences", "all", "auto"):
         raise ValueError(f"heldout_pool must be 'sentences', 'all' or 'auto', got {heldout_pool!r}")
     rep = SplitReport(input_pairs=len(pairs))
+    uniq, keys = _dedup_with_keys(pairs)
+    rep.duplicates_removed = len(pairs) - len(uniq)
+    test_idx, valid_idx, held_keys = _draw_heldout(uniq, keys, n_valid, n_test, seed, heldout_pool, rep)
+    held = set(test_idx) | set(valid_idx)
+    rest = [i for i in range(len(uniq)) if i not in held]
+    removed = _leaking(uniq, keys, rest, held_keys, min_substring_words, rep)
+    rep.train_removed_exact = sum(1 for v in removed.values() if v == "exact")
+    rep.train_removed_substring = sum(1 for v in removed.values() if v == "substring")
+    splits = {
+        "train": [uniq[i] for i in rest if i not in removed],
+        "valid": [uniq[i] for i in valid_idx],
+        "test": [uniq[i] for i in test_idx],
+    }
+    rep.sizes = {k: len(v) for k, v in splits.items()}
+    return (splits, rep) if return_report else splits
+
+
+def _dedup_with_keys(pairs: Sequence[Pair]) -> tuple[list[Pair], list[tuple[str, str]]]:
+    """Step 1 of :func:`make_splits`: the pairs kept (first occurrence of each normalised pair) and their keys."""
     seen: set[tuple[str, str]] = set()
     uniq: list[Pair] = []
     keys: list[tuple[str, str]] = []
@@ -148,19 +167,25 @@ def make_splits(
         seen.add(k)
         uniq.append(p)
         keys.append(k)
-    rep.duplicates_removed = len(pairs) - len(uniq)
+    return uniq, keys
 
+
+def _draw_heldout(uniq, keys, n_valid: int, n_test: int, seed: int, heldout_pool: str,
+                  rep: SplitReport) -> tuple[list[int], list[int], set[str]]:
+    """Step 2 of :func:`make_splits`: ``(test indices, valid indices, held-out normalised sides)``.
+
+    Raises:
+        ValueError: fewer candidates than ``n_valid + n_test``.
+    """
     sentence_idx = [i for i, p in enumerate(uniq)
                     if is_sentence(p.de) and is_sentence(p.en) and "/" not in p.de and "/" not in p.en]
     pool = heldout_pool
     if pool == "auto":
         pool = "sentences" if len(sentence_idx) >= n_valid + n_test else "all"
     rep.heldout_pool = pool
-    cand = sentence_idx if pool == "sentences" else list(range(len(uniq)))
+    cand = list(sentence_idx if pool == "sentences" else range(len(uniq)))
     rep.heldout_candidates = len(cand)
-    cand = list(cand)
     random.Random(seed).shuffle(cand)
-
     held_keys: set[str] = set()
     test_idx: list[int] = []
     valid_idx: list[int] = []
@@ -178,10 +203,14 @@ def make_splits(
         raise ValueError(
             f"not enough held-out candidates: wanted {n_test} test + {n_valid} valid from {len(cand)} "
             f"{'sentence pairs' if pool == 'sentences' else 'pairs'} (got {len(test_idx)} + {len(valid_idx)})")
+    return test_idx, valid_idx, held_keys
 
-    held = set(test_idx) | set(valid_idx)
+
+def _leaking(uniq, keys, rest: list[int], held_keys: set[str], min_substring_words: int,
+             rep: SplitReport) -> dict[int, str]:
+    """Step 3 of :func:`make_splits`: ``{index: "exact" | "substring"}`` of the train candidates ``rest`` that
+    share a side with a held-out pair or contain a held-out string of ``min_substring_words``+ words."""
     removed: dict[int, str] = {}
-    rest = [i for i in range(len(uniq)) if i not in held]
     for i in rest:
         kd, ke = keys[i]
         if kd in held_keys or ke in held_keys:
@@ -189,30 +218,22 @@ def make_splits(
             if len(rep.removed_examples) < 10:
                 rep.removed_examples.append({"reason": "same side as a held-out pair",
                                              "train": f"{uniq[i].de} :: {uniq[i].en}"})
-    # substring leakage: a train side containing a held-out string
     subs = sorted({k for k in held_keys if len(k.split()) >= min_substring_words}, key=len)
-    if subs:
-        min_len = len(subs[0])
-        texts, owners = [], []
-        for i in rest:
-            if i in removed:
-                continue
-            for k in keys[i]:
-                if len(k) > min_len and len(k.split()) >= min_substring_words:
-                    texts.append(k)
-                    owners.append(i)
-        for i, h in substring_hits(texts, owners, subs):
-            if i not in removed:
-                removed[i] = "substring"
-                if len(rep.removed_examples) < 20:
-                    rep.removed_examples.append({"reason": f"contains held-out {h!r}",
-                                                 "train": f"{uniq[i].de} :: {uniq[i].en}"})
-    rep.train_removed_exact = sum(1 for v in removed.values() if v == "exact")
-    rep.train_removed_substring = sum(1 for v in removed.values() if v == "substring")
-    splits = {
-        "train": [uniq[i] for i in rest if i not in removed],
-        "valid": [uniq[i] for i in valid_idx],
-        "test": [uniq[i] for i in test_idx],
-    }
-    rep.sizes = {k: len(v) for k, v in splits.items()}
-    return (splits, rep) if return_report else splits
+    if not subs:
+        return removed
+    min_len = len(subs[0])
+    texts, owners = [], []
+    for i in rest:
+        if i in removed:
+            continue
+        for k in keys[i]:
+            if len(k) > min_len and len(k.split()) >= min_substring_words:
+                texts.append(k)
+                owners.append(i)
+    for i, h in substring_hits(texts, owners, subs):
+        if i not in removed:
+            removed[i] = "substring"
+            if len(rep.removed_examples) < 20:
+                rep.removed_examples.append({"reason": f"contains held-out {h!r}",
+                                             "train": f"{uniq[i].de} :: {uniq[i].en}"})
+    return removed
