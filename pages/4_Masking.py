@@ -86,7 +86,7 @@ if batch is not None:
     row = st.selectbox("Sentence for the decoder masks", list(range(len(batch.sentences))), key="row",
                        format_func=lambda i: f"{i}: {batch.sentences[i][:60]}")
     labels = labs.token_labels(batch.pieces[row])
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3 = ui.chart_columns(3)
     causal = lessons.causal_mask_np(batch.ids.shape[1])
     comb = lessons.combined_mask(batch.key_mask)[row]
     with c1:
@@ -137,7 +137,7 @@ st.markdown(f"Teacher-forced pass: the decoder is fed **{pair['mode']}**, "
 steps = steps_for(*key_id, tuple(pair["src_ids"]), tuple(pair["dec_in"]), li, hi, tuple(pair["dec_in_pieces"]), queue)
 lab = labs.token_labels(pair["dec_in_pieces"])
 lim = float(np.abs(steps.raw).max()) or 1.0
-s1, s2 = st.columns(2)
+s1, s2 = ui.chart_columns(2)
 with s1:
     ui.show_figure(labs.stage_heatmap(steps.raw, lab, title="① raw scores QKᵀ", colorscale=ctx.colorscale, presenter=ctx.presenter),
                    key="raw", filename=f"dec_L{layer}H{head}_raw")
@@ -145,7 +145,7 @@ with s2:
     ui.show_figure(labs.stage_heatmap(steps.scaled, lab, title=f"② scaled QKᵀ/√d_k (÷ {np.sqrt(steps.d_k):.2f})",
                                       colorscale=ctx.colorscale, presenter=ctx.presenter),
                    key="scaled", filename=f"dec_L{layer}H{head}_scaled")
-s3, s4 = st.columns(2)
+s3, s4 = ui.chart_columns(2)
 with s3:
     ui.show_figure(labs.stage_heatmap(steps.masked, lab, title="③ masked: future keys → −∞", colorscale=ctx.colorscale,
                                       presenter=ctx.presenter), key="masked", filename=f"dec_L{layer}H{head}_masked")
@@ -179,7 +179,7 @@ else:
               delta=f"{leak.p_next_unmasked.mean() - leak.p_next_masked.mean():+.3f} vs masked")
     ui.show_figure(labs.future_mass_figure(leak.future_mass, lab, colorscale=ctx.colorscale, presenter=ctx.presenter),
                    key="future_mass", filename="future_mass")
-    u1, u2 = st.columns(2)
+    u1, u2 = ui.chart_columns(2)
     with u1:
         ui.show_figure(labs.stage_heatmap(leak.weights_unmasked[li, hi], lab,
                                           title=f"weights without the mask (layer {layer}, head {head})",

@@ -97,7 +97,7 @@ if kind == "cross":
                "self-attention layers (damped by r at each layer) and renormalised into a distribution over the "
                "source" + (", then multiplied by the encoder's rollout up to its last layer, whose output every "
                "cross-attention reads." if through else " (keys: the encoder's output positions)."))
-left, right = st.columns(2, gap="medium")
+left, right = ui.chart_columns(2, gap="medium")
 with left:
     ui.show_figure(attention_heatmap(raw_stack[layer - 1].mean(0), q_lab, k_lab, zmax=1.0,
                                      title=f"Raw: layer {layer}, mean over heads", colorscale=ctx.colorscale,

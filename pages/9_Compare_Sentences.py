@@ -146,7 +146,7 @@ def view(result_a, result_b) -> None:
     both = np.concatenate([wa[np.isfinite(wa)], wb[np.isfinite(wb)]])
     zmax = 1.0 if values or not both.size or both.max() <= 0 else float(both.max())
     stem = f"compare_{kind}_{ctx.direction}_{by}_L{layer}_{'mean' if head is None else f'H{head}'}"
-    left, right = st.columns(2, gap="medium")
+    left, right = ui.chart_columns(2, gap="medium")
     for col, name, w, key in ((left, "A", wa, "map_a"), (right, "B", wb, "map_b")):
         with col:
             fig = attention_heatmap(w, aligned.q_labels, aligned.k_labels, title=f"Sentence {name}",

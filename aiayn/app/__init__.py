@@ -10,6 +10,7 @@ Pages use it as::
     ctx = ui.setup_page("Attention explorer", icon=":material/search:")   # first Streamlit call: config, sidebar, title
     ctx.direction, ctx.presenter, ctx.colorscale, ctx.template, ctx.translator, ctx.translator_or_none()
     ui.show_figure(fig, key=..., filename=...)   # st.plotly_chart with PNG/SVG export, presenter type
+    left, right = ui.chart_columns(2)            # side by side; stacked in presenter mode
     ui.download_buttons(df, payload_json, stem)  # CSV + JSON download buttons
     ui.warn_bad_param("layer", ui.is_int, "...") # before a widget bound to a URL parameter
     ui.checkpoint_info(direction)                # config + metadata from config.json, no model, no torch
@@ -20,7 +21,7 @@ set, else the shipped ``checkpoints/<direction>``. Importing this package does n
 """
 from __future__ import annotations
 
-from .charts import EXPORT_FORMATS, plotly_config, prepare_figure, show_figure
+from .charts import EXPORT_FORMATS, chart_columns, plotly_config, prepare_figure, show_figure
 from .downloads import download_buttons
 from .frame import (
     COLORSCALE,
@@ -54,7 +55,7 @@ from .results import explain_sentence
 __all__ = [
     "COLORSCALE", "DEFAULT_DIRECTION", "DIRECTIONS", "DIRECTION_LABELS", "EXPORT_FORMATS", "PAGES",
     "PRESENTER_COLORSCALE", "PRESENTER_FONT_SIZE", "CheckpointInfo", "ModelUnavailable", "PageContext",
-    "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "decode_queue", "download_buttons", "explain_sentence", "is_bool", "is_float",
+    "chart_columns", "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "decode_queue", "download_buttons", "explain_sentence", "is_bool", "is_float",
     "is_int", "load_translator", "model_card", "nav_query_params", "optional_reference", "number_param", "page_exists", "page_link",
     "plotly_config", "prepare_figure", "sentence_or_stop", "setup_page", "show_figure", "warm_imports",
     "warn_bad_param",

@@ -18,7 +18,7 @@ from ..analysis.ablation import KINDS, Head, format_heads, head_mask_array, maps
 from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatmap, mark_heads, sweep_figure
 from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
 from ..sweep import cached_head_sweep, forced_maps, load_sweep, reference_logprob
-from .charts import show_figure
+from .charts import chart_columns, show_figure
 from .downloads import download_buttons
 from .models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
 from .params import query_param, warn_bad_param
@@ -134,11 +134,12 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
     warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
     warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
     warn_bad_param("head", head_opts, f"the head must be 1 to {H} or all")
-    c1, c2, c3 = st.columns([3, 1, 3], vertical_alignment="bottom")
+    # the head picker gets a row of its own: beside the others its H + 1 buttons overflowed in presenter mode
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     kind = c1.segmented_control("Attention", list(KINDS), default="cross", key="kind", bind="query-params",
                                 required=True)
     layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-    head = c3.segmented_control("Head", head_opts, default="all", key="head", bind="query-params", required=True)
+    head = st.segmented_control("Head", head_opts, default="all", key="head", bind="query-params", required=True)
     kind = kind if kind in KINDS else "cross"
     layer = int(layer) if layer in layer_opts else L
     head = head if head in head_opts else "all"
@@ -164,7 +165,7 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
     else:
         h = int(head) - 1
         status = " (switched off: what it would attend to)" if (layer - 1, h) in off_here else ""
-        s1, s2, s3 = st.columns(3)
+        s1, s2, s3 = chart_columns(3, presenter=ctx.presenter)
         for col, w, name in ((s1, a, "intact"), (s2, b, "ablated" + status)):
             with col:
                 show_figure(attention_heatmap(w[layer - 1, h], qa, ka, title=f"Layer {layer}, head {head}: {name}",
@@ -216,7 +217,8 @@ def sweep_view(ctx, pairs: list[tuple[str, str]], *, beam_size: int = 4) -> None
     st.caption(f"{SWEEP_METRICS[metric]}. Intact model: corpus chrF {df.attrs.get('chrf_intact', float('nan')):.2f}, "
                f"log-prob {df.attrs.get('logprob_intact', float('nan')):.3f} nats per reference piece. Red: removing "
                "the head alone hurts; blue: it helps; near 0: the head can go (Michel et al. 2019).")
-    show_figure(sweep_figure(df, metric, template=ctx.template), key="ab_sweep", filename=f"head_sweep_{ctx.direction}")
+    show_figure(sweep_figure(df, metric, template=ctx.template, stacked=ctx.presenter), key="ab_sweep",
+                filename=f"head_sweep_{ctx.direction}")
     show = df.assign(layer=df["layer"] + 1, head=df["head"] + 1)
     st.dataframe(show.sort_values("chrf_drop", ascending=False), hide_index=True, width="stretch", height=260,
                  key="ab_sweep_table")

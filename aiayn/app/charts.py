@@ -63,6 +63,15 @@ def prepare_figure(fig, *, presenter: bool | None = None, height: int | None = N
     return fig
 
 
+def chart_columns(spec: int | list[float], *, presenter: bool | None = None, **kwargs: Any) -> list:
+    """Containers for charts meant to sit side by side: ``st.columns(spec, **kwargs)``, or in presenter mode one
+    full-width container per column, one under the other (side by side, large type leaves a heatmap too narrow
+    to show its labels; a presenter scrolls instead). ``presenter`` defaults to the session's presenter mode."""
+    presenter = bool(st.session_state.get("presenter")) if presenter is None else presenter
+    n = spec if isinstance(spec, int) else len(spec)
+    return [st.container() for _ in range(n)] if presenter else list(st.columns(spec, **kwargs))
+
+
 def show_figure(fig, *, key: str, filename: str = "figure", height: int | None = None, prepared: bool = False) -> None:
     """Show a plotly figure full width with the export config; in presenter mode with large type.
 

@@ -44,11 +44,13 @@ def sweep_grid(df, kind: str, metric: str) -> np.ndarray:
 
 
 def sweep_figure(df, metric: str = "chrf_drop", *, colorscale: str = DIVERGING, template: str | None = None,
-                 title: str = "") -> go.Figure:
-    """One layer x head heatmap per kind present in the sweep table, side by side, one shared colour scale.
+                 title: str = "", stacked: bool = False) -> go.Figure:
+    """One layer x head heatmap per kind present in the sweep table, one shared colour scale: side by side
+    (one row; the layer labels on the first panel only, so no panel's cell text runs into the next one's
+    labels), or one under the other with ``stacked=True`` (each panel the figure's full width: presenter mode).
 
     Drops (``*_drop``) use a diverging scale centred on 0 (red: removing the head hurts; blue: it helps);
-    cell text shows the value.
+    cell text shows the value. Axes read "head" 1..H and "layer" 1..L.
 
     Args:
         df: :func:`aiayn.analysis.ablation.head_sweep`'s table.
@@ -64,15 +66,19 @@ def sweep_figure(df, metric: str = "chrf_drop", *, colorscale: str = DIVERGING, 
     L, H = grids[0].shape
     finite = np.concatenate([g[np.isfinite(g)] for g in grids]) if grids else np.zeros(1)
     centred = metric.endswith("_drop")
-    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[KIND_LABELS[k] for k in kinds],
-                        horizontal_spacing=0.06)
+    n = len(kinds)
+    panel = 60 * L + 70  # pixels of one panel: 60 per layer row, the subplot title and the head labels
+    height = int(panel * n + 60) if stacked else int(160 + 60 * L)
+    grid = dict(rows=n, cols=1, vertical_spacing=min(0.3, 90 / height)) if stacked else \
+        dict(rows=1, cols=n, horizontal_spacing=0.04, shared_yaxes=True)
+    fig = make_subplots(subplot_titles=[KIND_LABELS[k] for k in kinds], **grid)
+    heads, layers = [str(h + 1) for h in range(H)], [str(lay + 1) for lay in range(L)]
     for i, (kind, z) in enumerate(zip(kinds, grids), start=1):
         fig.add_trace(go.Heatmap(
-            z=z, x=[f"head {h + 1}" for h in range(H)], y=[f"layer {l + 1}" for l in range(L)],
-            coloraxis="coloraxis", texttemplate="%{z:.2f}", textfont=dict(size=10),
-            hovertemplate=f"{KIND_LABELS[kind]}<br>%{{y}}, %{{x}}<br>{SWEEP_METRICS.get(metric, metric)}: "
+            z=z, x=heads, y=layers, coloraxis="coloraxis", texttemplate="%{z:.2f}", textfont=dict(size=10),
+            hovertemplate=f"{KIND_LABELS[kind]}<br>layer %{{y}}, head %{{x}}<br>{SWEEP_METRICS.get(metric, metric)}: "
                           "%{z:.3f}<extra></extra>",
-        ), row=1, col=i)
+        ), row=i if stacked else 1, col=1 if stacked else i)
     if centred:
         vmax = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
         axis = dict(colorscale=colorscale, cmin=-vmax, cmax=vmax, cmid=0.0)
@@ -81,8 +87,12 @@ def sweep_figure(df, metric: str = "chrf_drop", *, colorscale: str = DIVERGING, 
                     cmax=float(finite.max()) if finite.size else 1.0)
     axis["colorbar"] = dict(title=dict(text=SWEEP_METRICS.get(metric, metric)), thickness=14)
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(type="category", tickangle=-45)
-    fig.update_layout(coloraxis=axis, title=dict(text=title) if title else None, height=int(160 + 60 * L),
+    fig.update_xaxes(type="category", title="head")
+    if stacked:
+        fig.update_yaxes(title="layer")
+    else:
+        fig.update_yaxes(title="layer", row=1, col=1)
+    fig.update_layout(coloraxis=axis, title=dict(text=title) if title else None, height=height,
                       margin=dict(l=10, r=10, t=70 if title else 40, b=10))
     use_template(fig, template)
     return fig

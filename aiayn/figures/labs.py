@@ -322,7 +322,10 @@ def matrix_figure(z: np.ndarray, *, title: str, row_labels: Sequence[str] | None
         fig.update_layout(legend=dict(orientation="h", y=-0.2))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category", side="top")
-    return _style(fig, presenter, title, 60 * z.shape[0] + 160)
+    fig = _style(fig, presenter, title, 60 * z.shape[0] + 160)
+    # the column labels sit on top: the title pushes the top margin above them instead of printing over them
+    fig.update_layout(title=dict(yref="paper", y=1, yanchor="bottom", automargin=True, pad=dict(b=8)))
+    return fig
 
 
 # ----------------------------------------------------------------------------------------------- model / training

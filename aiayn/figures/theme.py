@@ -67,7 +67,8 @@ def apply_presenter_theme(fig: go.Figure, size: int = PRESENTER_FONT_SIZE) -> go
 
     Set explicitly on the layout font, the title, hover labels, legend, every x and y axis (subplots
     included), every annotation, the shared colour axis and the colour bar of every trace that has one, so
-    that a chart theme replacing ``layout.template`` (Streamlit's) keeps the large type. Idempotent.
+    that a chart theme replacing ``layout.template`` (Streamlit's) keeps the large type. Numbers written in
+    heatmap cells (``texttemplate``) grow to at least ``size - 6``. Idempotent.
 
     Returns:
         ``fig``.
@@ -81,7 +82,10 @@ def apply_presenter_theme(fig: go.Figure, size: int = PRESENTER_FONT_SIZE) -> go
     fig.update_yaxes(layout["yaxis"])
     fig.update_annotations(layout["annotationdefaults"])
     colorbar = template.data.heatmap[0].colorbar.to_plotly_json()
+    cell = size - 6  # numbers written in heatmap cells: larger, but still inside a cell
     for trace in fig.data:
         if "colorbar" in trace:
             trace.colorbar.update(colorbar)
+        if trace.type == "heatmap" and trace.texttemplate and (trace.textfont.size or 0) < cell:
+            trace.textfont.size = cell
     return fig
