@@ -74,20 +74,20 @@ ui.download_buttons(df, df.to_json(orient="records"), "softmax_sharpness")
 # -- 3. by hand ------------------------------------------------------------------------------------------------
 st.header("3 · Equation 1 step by step")
 st.markdown("Edit the queries, keys and values (add or delete rows: each row is one token). Every step is computed "
-            "here with numpy and compared with `aiayn.model.attention.scaled_dot_product_attention`, the function the model uses.")
-q0 = pd.DataFrame([[1.0, 0.0, 1.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0]], columns=["d1", "d2", "d3"])
-k0 = pd.DataFrame([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 2.0]], columns=["d1", "d2", "d3"])
-v0 = pd.DataFrame([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, -1.0]], columns=["v1", "v2"])
+            "here with numpy and compared with `aiayn.model.attention.scaled_dot_product_attention`, the function the model uses. "
+            "Rows and columns count from 0 in the tables and in the maps: row 0 of the Q table is the query q0, "
+            "column d0 its first component.")
+q0, k0, v0 = lessons.example_qkv()  # rows and columns count from 0, as the maps below do
 e1, e2, e3 = st.columns(3)
 with e1:
     st.markdown("**Q** (queries × d_k)")
-    q = st.data_editor(q0, num_rows="dynamic", key="Q")
+    q = st.data_editor(q0, num_rows="dynamic", key="Q", hide_index=False)  # row i = qi in the maps
 with e2:
     st.markdown("**K** (keys × d_k)")
-    k = st.data_editor(k0, num_rows="dynamic", key="K")
+    k = st.data_editor(k0, num_rows="dynamic", key="K", hide_index=False)  # row i = ki in the maps
 with e3:
     st.markdown("**V** (keys × d_v)")
-    v = st.data_editor(v0, num_rows="dynamic", key="V")
+    v = st.data_editor(v0, num_rows="dynamic", key="V", hide_index=False)  # row i = vi in the maps
 ui.warn_bad_param("mask", MASKS, "mask must be one of " + ", ".join(MASKS))
 mask_kind = st.radio("Mask", MASKS, horizontal=True, key="mask", bind="query-params",
                      help="causal: query i sees keys 0..i (as in the decoder); hide last key: like a pad at the end.")
@@ -103,7 +103,7 @@ try:
 except lessons.LessonInputError as exc:
     st.error(f"**Cannot compute attention:** {exc}", icon=":material/block:")
     st.stop()
-qi, ki = [f"q{i}" for i in range(len(q))], [f"k{j}" for j in range(len(k))]
+qi, ki = lessons.names("q", len(q)), lessons.names("k", len(k))
 d = q.shape[1]
 a1, a2 = st.columns(2)
 with a1:
@@ -120,7 +120,7 @@ with a4:
     ui.show_figure(labs.matrix_figure(res.weights, title="④ softmax per row", row_labels=qi, col_labels=ki,
                                       colorscale=ctx.colorscale, presenter=ctx.presenter), key="m_weights", filename="eq1_weights")
 ui.show_figure(labs.matrix_figure(res.output, title="⑤ weights × V = output", row_labels=qi,
-                                  col_labels=[f"v{j}" for j in range(res.output.shape[1])], colorscale=ctx.colorscale,
+                                  col_labels=lessons.names("v", res.output.shape[1]), colorscale=ctx.colorscale,
                                   presenter=ctx.presenter), key="m_output", filename="eq1_output")
 if res.max_abs_diff < 1e-5:
     st.success(f"Equal to `aiayn.model.attention.scaled_dot_product_attention`: largest difference {res.max_abs_diff:.1e} "
