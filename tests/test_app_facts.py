@@ -79,3 +79,17 @@ def test_step_tab_does_not_caption_its_maps_with_the_chosen_kind(checkpoints):
     text = "\n".join(_captions(at))
     assert "Encoder self" not in text and "Encoder self-attention: each source piece" not in text
     assert "masked decoder self-attention and the encoder-decoder (cross) attention of each step" in text
+
+
+def test_scaled_dot_product_maps_use_the_tables_names(checkpoints):
+    from app_pages import charts, open_page
+
+    from aiayn import lessons
+
+    at = open_page("pages/5_Scaled_Dot_Product.py")
+    assert not at.exception, at.exception
+    q, k, v = lessons.example_qkv()
+    out = charts(at)["m_output"]["data"][0]
+    assert list(out["x"]) == list(v.columns) and list(out["y"]) == [f"q{i}" for i in q.index]
+    assert list(charts(at)["m_scores"]["data"][0]["x"]) == [f"k{i}" for i in k.index]
+    assert any("count from 0 in the tables and in the maps" in m.value for m in at.markdown)

@@ -359,3 +359,16 @@ def test_load_metrics(tmp_path):
     assert df["step"].tolist() == [100, 200] and df["train_loss"].tolist() == [6.0, 5.0]
     assert df["valid_bleu"].iloc[0] == 1.5 and math.isnan(df["valid_bleu"].iloc[1])
     assert len(warnings) == 1 and "line 3" in warnings[0]
+
+
+def test_scaled_dot_product_lab_counts_tables_and_maps_from_0():
+    """The lab's tables (Q, K, V) and its maps label the same rows and columns: q0 is row 0 of Q, v0 column 0 of V
+    (the tables used to say d1..d3 / v1..v2 while the maps said q0.. / v0..)."""
+    from aiayn import lessons
+
+    q, k, v = lessons.example_qkv()
+    assert list(q.columns) == list(k.columns) == lessons.names("d", 3) == ["d0", "d1", "d2"]
+    assert list(v.columns) == lessons.names("v", v.shape[1]) == ["v0", "v1"]
+    assert list(q.index) == [0, 1, 2] and list(k.index) == list(v.index) == [0, 1, 2, 3]
+    res = lessons.attention_steps(q.to_numpy(), k.to_numpy(), v.to_numpy())
+    assert res.output.shape == (len(q), v.shape[1]) and lessons.names("q", len(q))[0] == "q0"

@@ -58,7 +58,8 @@ from .positional import (
     pe_similarity,
     wavelengths,
 )
-from .scaled_dot_product import AttentionSteps, attention_steps, check_d_k, random_dot_products, softmax_sharpness
+from .scaled_dot_product import (AttentionSteps, attention_steps, check_d_k, example_qkv, names, random_dot_products,
+                                 softmax_sharpness)
 
 __all__ = [
     # inputs
@@ -70,7 +71,8 @@ __all__ = [
     "PaddedBatch", "padded_batch", "causal_mask_np", "combined_mask", "decode_with_self_mask", "MaskSteps",
     "decoder_mask_steps", "LeakLesson", "causal_leak", "greedy_with_self_mask",
     # Section 3.2.1
-    "check_d_k", "random_dot_products", "softmax_sharpness", "AttentionSteps", "attention_steps",
+    "check_d_k", "random_dot_products", "softmax_sharpness", "AttentionSteps", "attention_steps", "names",
+    "example_qkv",
     # Table 3, Section 5
     "COMPONENT_ORDER", "parameter_breakdown", "parameter_summary", "MetricsLogError", "METRIC_COLUMNS", "load_metrics",
     "LINEAGE_COLUMNS", "lineage_table",

@@ -135,3 +135,18 @@ def attention_steps(q: Any, k: Any, v: Any, mask: Any | None = None) -> Attentio
     ref_out, ref_w = ref.output[0, 0].numpy(), ref.weights[0, 0].numpy()
     diff = float(max(np.abs(ref_out - output).max(), np.abs(ref_w - weights).max()))
     return AttentionSteps(scores, scaled, masked, weights, output, ref_out, ref_w, diff)
+
+
+def names(prefix: str, n: int) -> list[str]:
+    """``[prefix0, prefix1, ...]``: the labels of the lab's tables and maps, counted from 0 everywhere (row i of
+    the Q table is the map's query ``q{i}``, column ``v{j}`` of the V table the output's column ``v{j}``)."""
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def example_qkv() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The lab's starting matrices: Q (3 queries x d_k = 3), K (4 keys x 3), V (4 keys x d_v = 2), float64, with
+    0-based row indexes and columns ``d0..`` / ``v0..`` (:func:`names`), as the maps label them."""
+    q = pd.DataFrame([[1.0, 0.0, 1.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0]], columns=names("d", 3))
+    k = pd.DataFrame([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 2.0]], columns=names("d", 3))
+    v = pd.DataFrame([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, -1.0]], columns=names("v", 2))
+    return q, k, v
