@@ -1,0 +1,487 @@
+"""``aiayn train-on``: training that goes on. One command, run in the background whenever the machine is otherwise
+idle, that makes the shipped model of one direction better a deadline at a time:
+
+1. **Train.** Resume the run the shipped checkpoint came from (its meta names the run folder), or this command's own
+   run (``~/.cache/aiayn/runs/<direction>-on``), exactly where it stopped (``aiayn train --run DIR --resume``). When
+   neither folder holds a state (a fresh machine), start a warm start from the shipped weights instead (``aiayn
+   train --init-from checkpoints/<direction>``; Zoph et al. 2016) with the recipe the shipped model was trained
+   with, on a data folder whose ``spm.model`` is the shipped one (a ``<data>-shipspm`` folder beside the data,
+   with links to its splits, when the data's own SentencePiece model differs). Training stops at the deadline
+   (``--until HH:MM`` or ``--minutes N``) less a reserve for what follows.
+2. **Export a candidate.** Average the last states (Section 6.1: "averaging the last 5 checkpoints") into a float16
+   checkpoint, evaluate it on the data's test split (the Ding test split) and write its model card
+   (:mod:`.finish`, as ``aiayn train-both`` does), then score it on the development sets (``aiayn evaluate-dev``).
+3. **Judge.** The candidate beats the shipped checkpoint only when its chrF is higher on the test split *and* on
+   every development set (:func:`verdict`); the verdict, both sides' scores and the steps and tokens this call
+   added go to ``CANDIDATE/verdict.json``. The command never replaces ``checkpoints/`` by itself: ``--ship`` copies
+   a candidate that beats the shipped one over it, with its card.
+
+By default the process lowers its priority to ``nice`` 19 first (its children inherit it), so tests and the app keep
+their speed while it trains. Not a part of the paper.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[2]
+#: where the candidates and this command's own runs go
+CACHE = Path("~/.cache/aiayn").expanduser()
+#: the training recipes ``--recipe`` picks when the run is started afresh; "shipped" (the default) is the recipe
+#: stored in the shipped checkpoint's meta, and falls back to "cpu" when the meta has none
+RECIPES: dict[str, dict[str, Any]] = {
+    # The recipe of the shipped checkpoints' last CPU sessions (docs/training.md, sessions 6 and 7): 4,096-token
+    # steps, Equation 3 with warmup 400 at 0.2 of its rate, sentence pairs twice, bf16 autocast on the CPU.
+    "cpu": {"max_tokens": 4096, "accumulation": 1, "warmup_steps": 400, "lr_scale": 0.2, "upsample_sentences": 2,
+            "amp_cpu": True, "valid_every": 250, "valid_bleu_sentences": 100, "save_every": 250, "keep": 5},
+    # For the tests: a few dozen steps of whatever (tiny) model the shipped checkpoint is.
+    "tiny": {"max_tokens": 512, "accumulation": 1, "warmup_steps": 10, "max_steps": 24, "valid_every": 12,
+             "valid_bleu_sentences": 2, "save_every": 6, "keep": 3, "max_len": 48},
+}
+#: model fields not passed to ``aiayn train --set`` (the vocabulary size comes from spm.model, the preset by name)
+NOT_SET = ("vocab_size", "preset_name")
+#: exit codes
+EXIT_BAD_INPUT, EXIT_TRAIN_FAILED, EXIT_CANDIDATE_FAILED, EXIT_INTERRUPTED = 2, 3, 4, 130
+
+
+class BadInput(ValueError):
+    """A command line or a machine state this command refuses before training (the message says why)."""
+
+
+# -- the deadline ---------------------------------------------------------------------------------------------------
+def parse_deadline(until: str | None, minutes: float | None, now: _dt.datetime) -> _dt.datetime:
+    """The deadline of ``--until HH:MM`` (the next such time of the local clock after ``now``; tomorrow when it has
+    passed today) or ``--minutes N`` (``now`` + N minutes); ``now`` is an aware datetime.
+
+    Raises:
+        BadInput: neither or both given, a malformed time, or a non-positive number of minutes.
+    """
+    if (until is None) == (minutes is None):
+        raise BadInput("give exactly one of --until HH:MM and --minutes N")
+    if minutes is not None:
+        if not minutes > 0:
+            raise BadInput(f"--minutes must be positive, got {minutes}")
+        return now + _dt.timedelta(minutes=minutes)
+    try:
+        hh, mm = (int(x) for x in until.split(":"))
+        if not (0 <= hh < 24 and 0 <= mm < 60):
+            raise ValueError
+    except ValueError:
+        raise BadInput(f"--until takes a time HH:MM (24-hour clock), got {until!r}") from None
+    at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    return at if at > now else at + _dt.timedelta(days=1)
+
+
+# -- the plan: which run, which data, which flags -------------------------------------------------------------------
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        out = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read {path}: {exc}") from None
+    if not isinstance(out, dict):
+        raise BadInput(f"{path} does not hold a JSON object")
+    return out
+
+
+def _last_state(run: Path) -> dict[str, Any] | None:
+    """The ``trainer_state.json`` of the run's last state (step, tokens, wall_time...), or None without states."""
+    from .state import list_states
+
+    states = list_states(run) if run.is_dir() else []
+    return _read_json(states[-1] / "trainer_state.json") if states else None
+
+
+def choose_run(given: str | None, shipped_meta: dict[str, Any], direction: str) -> tuple[Path, bool]:
+    """``(run folder, resume?)``: ``--run`` when given; else the run the shipped checkpoint was trained in when it
+    still holds a state, else this command's own ``~/.cache/aiayn/runs/<direction>-on``. ``resume`` is whether
+    that folder holds a state (otherwise a warm start begins there)."""
+    own = CACHE / "runs" / f"{direction}-on"
+    if given:
+        candidates = [Path(given).expanduser()]
+    else:
+        parent = (shipped_meta.get("train_config") or {}).get("run_dir")
+        candidates = [Path(parent).expanduser()] if parent else []
+        candidates.append(own)
+    for run in candidates:
+        if _last_state(run) is not None:
+            return run, True
+    return candidates[-1], False
+
+
+def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
+    """A data folder whose ``spm.model`` is byte-identical to the shipped checkpoint's (the warm start's token ids
+    must mean the same pieces): ``data`` itself when it is, else ``<data>-shipspm`` beside it, holding links to
+    ``data``'s split, datasheet and dictionary files and a copy of the shipped ``spm.model`` (docs/training.md,
+    session 6).
+
+    Raises:
+        BadInput: ``data`` lacks train.tsv, valid.tsv or test.tsv, or ``shipped`` has no spm.model.
+    """
+    missing = [f for f in ("train.tsv", "valid.tsv", "test.tsv") if not (data / f).is_file()]
+    if missing or not (shipped / "spm.model").is_file():
+        raise BadInput(f"cannot warm-start: {data} lacks {missing}" if missing else f"{shipped} has no spm.model")
+    ship_spm = (shipped / "spm.model").read_bytes()
+    if (data / "spm.model").is_file() and (data / "spm.model").read_bytes() == ship_spm:
+        return data
+    out = data.parent / f"{data.name}-shipspm"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in data.iterdir():
+        if f.is_file() and (f.suffix == ".tsv" or f.name in ("datasheet.json", "DATASHEET.md")):
+            link = out / f.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(f.resolve())
+    (out / "spm.model").write_bytes(ship_spm)
+    return out
+
+
+def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, Any]) -> tuple[str, list[str]]:
+    """``(recipe name used, aiayn train flags)`` of a warm start: the ``"shipped"`` recipe is the training
+    configuration stored in the shipped checkpoint's meta (its fields that ``aiayn train`` has a flag for, less
+    those this command sets), ``"cpu"`` when the meta has none; ``overrides`` (``--train-set``) go on top.
+
+    Raises:
+        BadInput: an unknown recipe or a field without an ``aiayn train`` flag (from :func:`.both.train_flags`).
+    """
+    from .both import OWN_FIELDS, BadInput as BothBadInput, _train_flag_names, train_flags
+
+    if name == "shipped":
+        stored = shipped_meta.get("train_config") or {}
+        keep = _train_flag_names() - set(OWN_FIELDS) - {"token_cache", "max_minutes"}
+        train = {k: v for k, v in stored.items() if k in keep}
+        if not train:
+            name, train = "cpu", dict(RECIPES["cpu"])
+    elif name in RECIPES:
+        train = dict(RECIPES[name])
+    else:
+        raise BadInput(f"unknown recipe {name!r}; choose shipped, {', '.join(RECIPES)}")
+    train.update(overrides)
+    try:
+        return name, train_flags(train)
+    except BothBadInput as exc:
+        raise BadInput(str(exc)) from None
+
+
+def model_set_flags(shipped: Path) -> tuple[str, list[str]]:
+    """``(preset, ["d_model=256", ...])``: the shipped checkpoint's model configuration as ``aiayn train --preset
+    P --set ...`` (every field but the vocabulary size), so that the warm start's tensors fit its weights."""
+    model = _read_json(shipped / "config.json").get("model") or {}
+    if not model:
+        raise BadInput(f"{shipped}/config.json has no model configuration")
+    sets = [f"{k}={json.dumps(v)}" for k, v in sorted(model.items()) if k not in NOT_SET]
+    return str(model.get("preset_name") or "base"), sets
+
+
+def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[str, Any], budget_min: float) -> dict[str, Any]:
+    """The plan of the training child: ``{"run", "resume", "data", "recipe", "cmd", "before": {step, tokens}}``.
+    ``--max-minutes`` counts the run's whole wall time (:func:`aiayn.training.loop.train`), so a resumed run gets its
+    stored wall time plus ``budget_min``."""
+    from .cli import parse_overrides
+
+    run, resume = choose_run(args.run, shipped_meta, args.direction)
+    base = [sys.executable, "-m", "aiayn", "train", "--run", str(run)]
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    extra = parse_overrides(args.train_set)
+    if resume:
+        last = _last_state(run) or {}
+        stored = _read_json(run / "train_config.json")
+        if stored.get("direction") != args.direction:
+            raise BadInput(f"{run} was trained {stored.get('direction')}, not {args.direction}")
+        from .both import train_flags
+
+        minutes = float(last.get("wall_time", 0.0)) / 60 + budget_min
+        cmd = base + ["--resume", "--max-minutes", f"{minutes:.3f}"] + threads + train_flags(extra)
+        return {"run": run, "resume": True, "data": Path(stored["data_dir"]).expanduser(), "recipe": "stored in the run",
+                "cmd": cmd, "before": {"step": last.get("step", 0), "tokens": last.get("tokens", 0)}}
+    given = args.data or (shipped_meta.get("train_config") or {}).get("data_dir")
+    if not given or not Path(given).expanduser().is_dir():
+        raise BadInput(f"no run to resume ({run} holds no state) and no data folder for a warm start "
+                       f"({given or 'none named'}): give --data DIR (e.g. `aiayn data debian`'s output)")
+    data = data_with_shipped_spm(Path(given).expanduser(), shipped)
+    recipe, flags = recipe_flags(args.recipe, shipped_meta, extra)
+    preset, sets = model_set_flags(shipped)
+    cmd = base + ["--data", str(data), "--direction", args.direction, "--init-from", str(shipped), "--preset", preset,
+                  "--set", *sets, *flags, "--max-minutes", f"{budget_min:.3f}"] + threads
+    return {"run": run, "resume": False, "data": data, "recipe": recipe, "cmd": cmd, "before": {"step": 0, "tokens": 0}}
+
+
+# -- the verdict ----------------------------------------------------------------------------------------------------
+def verdict(candidate: dict[str, dict[str, float]], shipped: dict[str, dict[str, float]], metric: str = "chrf") -> dict[str, Any]:
+    """Whether the candidate beats the shipped checkpoint: a strictly higher ``metric`` on every set that both were
+    scored on (``{"test": {"bleu": .., "chrf": ..}, "dev/short": {...}, ...}``); a set only one side has counts as a
+    loss (nothing is shipped on a comparison that was not made).
+
+    Returns:
+        ``{"beats": bool, "metric": str, "sets": {name: {"candidate": float | None, "shipped": float | None,
+        "better": bool}}}``.
+
+    Raises:
+        ValueError: no set at all.
+    """
+    names = list(dict.fromkeys([*shipped, *candidate]))
+    if not names:
+        raise ValueError("nothing to compare: no scores")
+    sets: dict[str, Any] = {}
+    for name in names:
+        c = (candidate.get(name) or {}).get(metric)
+        s = (shipped.get(name) or {}).get(metric)
+        sets[name] = {"candidate": c, "shipped": s, "better": c is not None and s is not None and c > s}
+    return {"beats": all(v["better"] for v in sets.values()), "metric": metric, "sets": sets}
+
+
+def verdict_line(v: dict[str, Any], candidate: Path) -> str:
+    """The sentence printed at the end: ``candidate beats shipped: DIR`` or why it does not."""
+    if v["beats"]:
+        return f"candidate beats shipped: {candidate}"
+    lost = [f"{n} ({s['candidate'] if s['candidate'] is None else round(s['candidate'], 2)} vs "
+            f"{s['shipped'] if s['shipped'] is None else round(s['shipped'], 2)})" for n, s in v["sets"].items() if not s["better"]]
+    return f"candidate does not beat shipped on {v['metric']}: " + ", ".join(lost) + f" (candidate kept in {candidate})"
+
+
+# -- the scores of both sides ---------------------------------------------------------------------------------------
+def _test_scores(path: Path) -> dict[str, float] | None:
+    """``{"bleu", "chrf"}`` of an ``aiayn evaluate`` JSON, or None when it cannot be read."""
+    try:
+        sc = _read_json(path)["scores"]["model"]
+        return {"bleu": float(sc["bleu"]), "chrf": float(sc["chrf"])}
+    except (BadInput, KeyError, TypeError, ValueError):
+        return None
+
+
+def _dev_scores(path: Path, direction: str) -> dict[str, dict[str, float]]:
+    """``{"dev/short": {"bleu", "chrf"}, ...}`` of an ``aiayn evaluate-dev`` JSON for ``direction`` ({} if none)."""
+    try:
+        per_set = _read_json(path)["scores"][direction]
+    except (BadInput, KeyError, TypeError):
+        return {}
+    return {f"dev/{name}": {"bleu": float(s["bleu"]), "chrf": float(s["chrf"])} for name, s in per_set.items()}
+
+
+def _fresh_test_eval(path: Path, test_file: Path) -> bool:
+    """Whether an ``aiayn evaluate`` JSON scored ``test_file`` (same bytes) in full with beam 4 and alpha 0.6."""
+    from ..files import sha256_file
+
+    try:
+        ev = _read_json(path)
+    except BadInput:
+        return False
+    dec = ev.get("decoding") or {}
+    return (ev.get("data") or {}).get("split_file_sha256") == sha256_file(test_file) and ev.get("limit") is None \
+        and dec.get("beam_size") == 4 and dec.get("alpha") == 0.6
+
+
+def _fresh_dev_eval(path: Path, devsets: Path, direction: str) -> bool:
+    """Whether an ``aiayn evaluate-dev`` JSON scored the current files of every set in ``devsets`` in ``direction``."""
+    from ..evaluation.devsets import SET_NAMES
+    from ..files import sha256_file
+
+    try:
+        ev = _read_json(path)
+    except BadInput:
+        return False
+    sets = ev.get("sets") or {}
+    return direction in (ev.get("scores") or {}) and all(
+        (sets.get(n) or {}).get("sha256") == sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES)
+
+
+def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, dict[str, float]]:
+    """The test split and development set scores of a checkpoint: read from its own ``eval_test.json`` and
+    ``eval_dev.json`` when they scored the same files with the paper's decoding, else measured now into
+    ``work/eval_test.json`` and ``work/eval_dev.json`` (``ckpt`` itself is never written to)."""
+    from ..evaluation.devsets import EVAL_DEV_FILE, cli_main as dev_main
+    from ..evaluation.scoring import cli_main as evaluate_main
+
+    work.mkdir(parents=True, exist_ok=True)
+    test_json = ckpt / "eval_test.json"
+    if not _fresh_test_eval(test_json, data / "test.tsv"):
+        test_json = work / "eval_test.json"
+        evaluate_main(["--checkpoint", str(ckpt), "--data", str(data), "--direction", direction, "--device", device,
+                       "--no-progress", "--samples", "0", "--out", str(test_json)])
+    dev_json = ckpt / EVAL_DEV_FILE
+    if not _fresh_dev_eval(dev_json, devsets, direction):
+        dev_json = work / EVAL_DEV_FILE
+        dev_main(["--checkpoint", str(ckpt), "--devsets", str(devsets), "--direction", direction, "--device", device,
+                  "--out", str(dev_json)])
+    out = {"test": _test_scores(test_json)} if _test_scores(test_json) else {}
+    out.update(_dev_scores(dev_json, direction))
+    return out
+
+
+# -- shipping -------------------------------------------------------------------------------------------------------
+def ship(candidate: Path, shipped: Path) -> Path:
+    """Replace the checkpoint folder ``shipped`` by a copy of ``candidate`` (atomically: a half-copied checkpoint
+    never appears), with the ``checkpoint`` field of its evaluation JSONs pointing at the new place. Returns
+    ``shipped``."""
+    from ..files import atomic_dir
+
+    with atomic_dir(shipped) as tmp:
+        shutil.copytree(candidate, tmp, dirs_exist_ok=True)
+        for ev in tmp.glob("eval_*.json"):
+            data = json.loads(ev.read_text(encoding="utf-8"))
+            data["checkpoint"] = str(shipped.resolve())
+            ev.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return shipped
+
+
+# -- the command ----------------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="aiayn train-on", description="Go on training the shipped model of one direction "
+                                 "until a deadline (resume its run, or warm-start from its weights), then average the last "
+                                 "states into a candidate, evaluate it on the test split and the development sets, and say "
+                                 "whether it beats the shipped checkpoint. Never replaces checkpoints/ without --ship.")
+    ap.add_argument("--direction", choices=["en-de", "de-en"], required=True)
+    when = ap.add_mutually_exclusive_group(required=True)
+    when.add_argument("--until", default=None, metavar="HH:MM", help="stop at this time of the local clock (tomorrow if past)")
+    when.add_argument("--minutes", type=float, default=None, help="stop this many minutes from now")
+    ap.add_argument("--reserve-minutes", type=float, default=8.0,
+                    help="minutes before the deadline kept for averaging, evaluation and the card (default 8)")
+    ap.add_argument("--run", default=None, help="run folder (default: the shipped model's run if it is still there, else "
+                    "~/.cache/aiayn/runs/<direction>-on)")
+    ap.add_argument("--data", default=None, help="data folder for a warm start (default: the one the shipped model was "
+                    "trained on); a resumed run keeps its own")
+    ap.add_argument("--shipped", default=None, help="the shipped checkpoint (default: checkpoints/<direction>)")
+    ap.add_argument("--out", default=None, help="where the candidate and the verdict go (default: "
+                    "~/.cache/aiayn/train-on/<direction>)")
+    ap.add_argument("--recipe", default="shipped", help="recipe of a warm start: shipped (the shipped model's own), "
+                    + ", ".join(RECIPES))
+    ap.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE", help="training fields to change "
+                    "(aiayn train flags, e.g. lr_scale=0.1 max_steps=5000)")
+    ap.add_argument("--last", type=int, default=5, help="states averaged into the candidate (Section 6.1: 5)")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads for training and evaluation (0: torch's default)")
+    ap.add_argument("--devsets", default=None, help="development sets folder (default: assets/devsets)")
+    ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it")
+    ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19)")
+    return ap
+
+
+def _run_child(cmd: list[str], timeout_s: float) -> int:
+    """Run the training child in its own session; at ``timeout_s`` (or on Ctrl-C / SIGTERM) it gets SIGINT, then
+    SIGKILL 30 s later (its states are written atomically). Returns its exit code (130 when interrupted)."""
+    print("$ " + " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        print("aiayn train-on: the training child passed the deadline; stopping it", file=sys.stderr)
+        code = None
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    for sig, wait in ((signal.SIGINT, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            break
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+    if code is not None:
+        raise KeyboardInterrupt
+    return proc.returncode if proc.returncode is not None else EXIT_INTERRUPTED
+
+
+def _hardware(threads: int) -> str:
+    cpu = "CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"CPU ({cpu}), `aiayn train-on` at nice {os.nice(0)}, {threads or 'default'} thread(s)"
+
+
+def _build_candidate(plan: dict[str, Any], args: argparse.Namespace, out: Path, notes: str) -> int:
+    """Average, evaluate on the test split(s) and card into ``out/candidate`` (:mod:`.finish`, a child process)."""
+    cmd = [sys.executable, "-m", "aiayn.training.finish", "--run", str(plan["run"]), "--checkpoint", str(out / "candidate"),
+           "--data", str(plan["data"]), "--last", str(args.last), "--device", "cpu", "--hardware", _hardware(args.threads),
+           "--notes", notes, "--no-sweep", "--threads", str(args.threads), "--status", str(out / "finish_status.json")]
+    print("$ " + " ".join(cmd[:8]) + " ...", flush=True)
+    return subprocess.run(cmd).returncode
+
+
+def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: Path, added: dict[str, int]) -> dict[str, Any]:
+    """Score both sides, write ``out/verdict.json`` and return it."""
+    devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
+    cand = out / "candidate"
+    cand_scores = side_scores(cand, cand, plan["data"], devsets, args.direction, "cpu")
+    ship_scores = side_scores(shipped, out / "shipped", plan["data"], devsets, args.direction, "cpu")
+    v = verdict(cand_scores, ship_scores)
+    report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
+              "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
+              "scores": {"candidate": cand_scores, "shipped": ship_scores},
+              "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def _interrupt(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
+    raise KeyboardInterrupt
+
+
+def cli_main(argv: list[str]) -> int:
+    """``aiayn train-on --direction D (--until HH:MM | --minutes N) [--ship] ...``: train, export a candidate, judge
+    it (module docstring). Returns 0 (whatever the verdict), 2 bad input (nothing started), 3 training left no
+    state, 4 the candidate could not be built, 130 interrupted."""
+    args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` of a background run stops it like Ctrl-C
+    if not args.no_nice and os.nice(0) < 19:
+        os.nice(19 - os.nice(0))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        now = _dt.datetime.now().astimezone()
+        deadline = parse_deadline(args.until, args.minutes, now)
+        budget = (deadline - now).total_seconds() / 60 - args.reserve_minutes
+        if budget < 0.1:
+            raise BadInput(f"the deadline {deadline:%H:%M} leaves {budget + args.reserve_minutes:.1f} minutes, not more than "
+                           f"the reserve of {args.reserve_minutes:g} for averaging and evaluation")
+        shipped = Path(args.shipped).expanduser() if args.shipped else REPO / "checkpoints" / args.direction
+        meta = _read_json(shipped / "config.json").get("meta") or {}
+        plan = train_command(args, shipped, meta, budget)
+    except BadInput as exc:
+        print(f"aiayn train-on: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = Path(args.out).expanduser() if args.out else CACHE / "train-on" / args.direction
+    out.mkdir(parents=True, exist_ok=True)
+    how = f"resuming {plan['run']} at step {plan['before']['step']}" if plan["resume"] else \
+        f"warm start from {shipped} into {plan['run']} (recipe {plan['recipe']}, data {plan['data']})"
+    print(f"aiayn train-on {args.direction}: {how}; training {budget:.1f} minutes, until {deadline:%Y-%m-%d %H:%M %Z}", flush=True)
+    try:
+        rc = _run_child(plan["cmd"], (deadline - _dt.datetime.now().astimezone()).total_seconds() - 60 * args.reserve_minutes / 2)
+        after = _last_state(plan["run"])
+        if after is None:
+            print(f"aiayn train-on: training failed (exit {rc}) and left no state in {plan['run']}", file=sys.stderr)
+            return EXIT_TRAIN_FAILED
+        added = {"steps": int(after["step"]) - int(plan["before"]["step"]), "tokens": int(after["tokens"]) - int(plan["before"]["tokens"]),
+                 "step": int(after["step"]), "training_exit_code": rc}
+        print(f"training added {added['steps']:,} steps and {added['tokens']:,} target tokens (run at step {added['step']:,})", flush=True)
+        notes = (f"Trained on with `aiayn train-on` ({how}); this call added {added['steps']:,} steps and "
+                 f"{added['tokens']:,} target tokens.")
+        if _build_candidate(plan, args, out, notes) != 0:
+            print(f"aiayn train-on: the candidate could not be built (see {out / 'finish_status.json'})", file=sys.stderr)
+            return EXIT_CANDIDATE_FAILED
+        report = _judge(plan, args, out, shipped, added)
+    except KeyboardInterrupt:
+        print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(verdict_line(report, out / "candidate"))
+    if args.ship and report["beats"]:
+        ship(out / "candidate", shipped)
+        print(f"shipped: copied {out / 'candidate'} over {shipped} (with its MODEL_CARD.md); run `aiayn sweep --checkpoint "
+              f"{shipped}` for its head sweep")
+    elif args.ship:
+        print(f"not shipped: {shipped} stays as it is")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(cli_main(sys.argv[1:]))

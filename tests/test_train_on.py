@@ -1,0 +1,207 @@
+"""``aiayn train-on`` (aiayn/training/continuous.py): training that goes on, on the committed fixture data with a
+tiny "shipped" checkpoint and the ``tiny`` recipe.
+
+* With no run folder it warm-starts from the shipped weights (``--init-from``), with the shipped model's shape, at
+  nice 19; run again, it resumes the same run exactly where it stopped and counts only the steps it added.
+* The deadline is honoured: a run without a step limit stops because its time is up, and the run's ``--max-minutes``
+  (which counts its whole wall time) is the time it had before plus this call's budget.
+* The verdict: beats only with a higher chrF on the test split and every development set.
+* ``checkpoints/`` is never written without ``--ship``; with it, only a candidate that beats is copied over.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from aiayn.evaluation.devsets import DEVSETS_DIR, SET_NAMES, read_devset
+from aiayn.training import continuous
+from aiayn.training.continuous import BadInput, choose_run, data_with_shipped_spm, parse_deadline, verdict
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def world(tiny_data, tiny_spm):
+    """Data (a copy: the trainer caches tokens in it), a tiny 'shipped' checkpoint, small dev sets (3 pairs each),
+    in a folder of its own: pytest removes older basetemp folders, also those of a pytest run beside this one, and
+    these runs take a minute."""
+    from conftest import make_tiny_checkpoint
+
+    root = Path(tempfile.mkdtemp(prefix="aiayn-train-on-"))
+    try:
+        yield _world(root, tiny_data, tiny_spm, make_tiny_checkpoint)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _world(root: Path, tiny_data: Path, tiny_spm: Path, make_tiny_checkpoint) -> dict[str, Path]:
+    data = root / "data"
+    shutil.copytree(tiny_data, data)
+    shipped = make_tiny_checkpoint(root / "checkpoints" / "en-de", tiny_spm, "en-de", seed=3)
+    dev = root / "devsets"
+    dev.mkdir()
+    for name in SET_NAMES:
+        pairs = read_devset(DEVSETS_DIR / f"{name}.tsv")[:3]
+        (dev / f"{name}.tsv").write_text("en\tde\n" + "".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+    return {"root": root, "data": data, "shipped": Path(shipped), "dev": dev, "run": root / "runs" / "en-de-on",
+            "out": root / "out"}
+
+
+def _train_on(w: dict[str, Path], *extra: str, nice: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "aiayn", "train-on", "--direction", "en-de", "--run", str(w["run"]), "--data",
+           str(w["data"]), "--shipped", str(w["shipped"]), "--out", str(w["out"]), "--devsets", str(w["dev"]),
+           "--recipe", "tiny", "--threads", "1", "--last", "2", *extra] + ([] if nice else ["--no-nice"])
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=400, cwd=REPO)
+
+
+def _state(run: Path) -> dict:
+    last = sorted(run.glob("step_*"))[-1]
+    return json.loads((last / "trainer_state.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def warm(world) -> dict:
+    before = _digest(world["shipped"])
+    proc = _train_on(world, "--minutes", "6", "--reserve-minutes", "3", nice=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((world["out"] / "verdict.json").read_text())
+    return {"proc": proc, "report": report, "shipped_before": before}
+
+
+def test_warm_start_when_the_run_is_missing(world, warm):
+    tc = json.loads((world["run"] / "train_config.json").read_text())
+    assert tc["init_from"] == str(world["shipped"]) and tc["preset"] == "tiny"
+    assert tc["model_overrides"]["max_len"] == 64  # the shipped model's shape, not the preset's
+    assert tc["data_dir"] == str(world["data"])  # its spm.model is the shipped one: no -shipspm copy
+    r = warm["report"]
+    assert r["added"]["training_exit_code"] == 0, warm["proc"].stdout[-3000:] + warm["proc"].stderr[-3000:]
+    assert r["resumed"] is False and r["added"]["steps"] == 24 == _state(world["run"])["step"]
+    assert r["added"]["tokens"] == _state(world["run"])["tokens"] > 0
+    assert r["nice"] == 19
+    assert "warm start from" in warm["proc"].stdout
+    assert set(r["scores"]["candidate"]) == set(r["scores"]["shipped"]) == {"test", "dev/short", "dev/long", "dev/classic"}
+    assert r["beats"] == verdict(r["scores"]["candidate"], r["scores"]["shipped"])["beats"]
+    line = "candidate beats shipped" if r["beats"] else "candidate does not beat shipped"
+    assert line in warm["proc"].stdout
+    cand = world["out"] / "candidate"
+    assert {"config.json", "model.safetensors", "spm.model", "eval_test.json", "eval_dev.json", "MODEL_CARD.md"} <= \
+        {p.name for p in cand.iterdir()}
+    assert json.loads((cand / "config.json").read_text())["meta"]["step"] == 24
+
+
+def test_shipped_is_never_written_without_ship(world, warm):
+    assert _digest(world["shipped"]) == warm["shipped_before"]
+    assert (world["out"] / "shipped" / "eval_dev.json").is_file()  # the shipped side's scores went to the work folder
+
+
+def test_resume_goes_on_where_it_stopped(world, warm):
+    proc = _train_on(world, "--minutes", "6", "--reserve-minutes", "3", "--train-set", "max_steps=30")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"resuming {world['run']} at step 24" in proc.stdout
+    r = json.loads((world["out"] / "verdict.json").read_text())
+    assert r["resumed"] is True and r["added"]["steps"] == 6 and _state(world["run"])["step"] == 30
+    changes = [json.loads(x) for x in (world["run"] / "config_changes.jsonl").read_text().splitlines()]
+    assert changes[-1]["step"] == 24 and changes[-1]["changed"]["max_steps"] == [24, 30]
+
+
+def test_deadline_is_honoured(world, warm):
+    before = _state(world["run"])
+    proc = _train_on(world, "--minutes", "0.9", "--reserve-minutes", "0.6", "--train-set", "max_steps=1000000")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    after = _state(world["run"])
+    tc = json.loads((world["run"] / "train_config.json").read_text())
+    # the run's limit counts its whole wall time: what it had, plus this call's budget (0.9 - 0.6 minutes, less
+    # the moments between reading the clock and planning)
+    assert before["wall_time"] / 60 < tc["max_minutes"] <= before["wall_time"] / 60 + 0.3 + 1e-3  # printed to 3 decimals
+    assert after["step"] > before["step"] and after["step"] < 1000000  # it trained, and stopped on time, not steps
+    assert after["wall_time"] / 60 >= tc["max_minutes"]
+
+
+# -- pure parts -----------------------------------------------------------------------------------------------------
+def test_parse_deadline():
+    now = dt.datetime(2026, 11, 25, 15, 30, tzinfo=dt.timezone.utc)
+    assert parse_deadline("17:10", None, now) == now.replace(hour=17, minute=10)
+    assert parse_deadline("09:00", None, now) == dt.datetime(2026, 11, 26, 9, 0, tzinfo=dt.timezone.utc)  # passed: tomorrow
+    assert parse_deadline(None, 90, now) == now + dt.timedelta(minutes=90)
+    for until, minutes, msg in [("25:00", None, "HH:MM"), ("5pm", None, "HH:MM"), (None, 0, "positive"),
+                                (None, None, "exactly one"), ("17:00", 5, "exactly one")]:
+        with pytest.raises(BadInput, match=msg):
+            parse_deadline(until, minutes, now)
+
+
+def test_verdict_needs_a_higher_chrf_everywhere():
+    shipped = {"test": {"bleu": 10, "chrf": 30}, "dev/short": {"bleu": 30, "chrf": 56}, "dev/long": {"bleu": 9, "chrf": 35}}
+    better = {"test": {"bleu": 9, "chrf": 31}, "dev/short": {"bleu": 31, "chrf": 57}, "dev/long": {"bleu": 10, "chrf": 36}}
+    assert verdict(better, shipped)["beats"] is True  # chrF decides, not BLEU
+    tie = dict(better, **{"dev/long": {"bleu": 12, "chrf": 35}})
+    v = verdict(tie, shipped)
+    assert v["beats"] is False and [n for n, s in v["sets"].items() if not s["better"]] == ["dev/long"]
+    missing = {k: s for k, s in better.items() if k != "test"}
+    assert verdict(missing, shipped)["beats"] is False  # a set the candidate was not scored on is no win
+    assert verdict(better, {})["beats"] is False
+    with pytest.raises(ValueError):
+        verdict({}, {})
+
+
+def test_choose_run_prefers_the_shipped_models_run(world, warm, monkeypatch, tmp_path):
+    monkeypatch.setattr(continuous, "CACHE", tmp_path)
+    assert choose_run(None, {"train_config": {"run_dir": str(world["run"])}}, "en-de") == (world["run"], True)
+    assert choose_run(None, {"train_config": {"run_dir": str(tmp_path / "gone")}}, "en-de") == \
+        (tmp_path / "runs" / "en-de-on", False)
+
+
+def test_data_with_another_vocabulary_gets_the_shipped_spm(world, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(world["data"], data)
+    (data / "spm.model").write_bytes(b"another vocabulary")
+    out = data_with_shipped_spm(data, world["shipped"])
+    assert out == tmp_path / "data-shipspm"
+    assert (out / "spm.model").read_bytes() == (world["shipped"] / "spm.model").read_bytes()
+    assert (out / "train.tsv").resolve() == (data / "train.tsv").resolve()
+    assert data_with_shipped_spm(out, world["shipped"]) == out
+    with pytest.raises(BadInput, match="lacks"):
+        data_with_shipped_spm(tmp_path, world["shipped"])
+
+
+@pytest.mark.parametrize("beats, flag, shipped_changes", [(True, True, True), (True, False, False), (False, True, False)])
+def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, beats, flag, shipped_changes, capsys):
+    """The whole command in-process, with training and the candidate build skipped and the scores mocked."""
+    shipped = tmp_path / "checkpoints" / "en-de"
+    shutil.copytree(world["shipped"], shipped)
+    out = tmp_path / "out"
+    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    before = _digest(shipped)
+    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s: 0)
+    monkeypatch.setattr(continuous, "_build_candidate", lambda *a: 0)
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    score = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
+    up = {k: {"bleu": 1.0, "chrf": 21.0 if beats else 19.0} for k in score}
+    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: up if ckpt == out / "candidate" else score)
+    argv = ["--direction", "en-de", "--minutes", "5", "--reserve-minutes", "1", "--run", str(world["run"]), "--shipped",
+            str(shipped), "--out", str(out), "--no-nice", "--threads", "1"] + (["--ship"] if flag else [])
+    assert continuous.cli_main(argv) == 0
+    text = capsys.readouterr().out
+    assert ("candidate beats shipped" in text) is beats
+    if shipped_changes:
+        cand = _digest(out / "candidate")
+        assert all(_digest(shipped)[k] == cand[k] for k in ("model.safetensors", "config.json", "MODEL_CARD.md"))
+        assert json.loads((shipped / "eval_test.json").read_text())["checkpoint"] == str(shipped.resolve())
+    else:
+        assert _digest(shipped) == before
