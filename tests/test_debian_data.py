@@ -67,6 +67,9 @@ def test_mo_pairs_rejects_a_non_catalogue(tmp_path):
     ("%<#pragma%> ignored for %qD", "'#pragma' ignored for X", True),                             # gcc quotes
     ("RID_SW_ERRHDL\x04The structure cannot be modified.", "The structure cannot be modified.", False),  # context
     ("50%% done\nand more", "50% done and more", False),                                           # %% and newline
+    ("Give @1 to the player named @2", "Give X to the player named X", True),                       # minetest @1
+    ("&kgpg; can sign keys &amp; more", "X can sign keys & more", True),                            # KDE entity
+    ("Write to me at anna@example.org", "Write to me at anna@example.org", False),                  # not a @1
 ])
 def test_clean_message_rules(raw, expected, normalised):
     assert clean_message(raw) == (expected, normalised)
@@ -249,6 +252,9 @@ def prepared(tmp_path_factory, mo_file):
     _build_deb(tmp / "src", debs, "fixture-l10n", "2:3.4-5", {
         "usr/share/locale/de/LC_MESSAGES/fixture.mo": mo_file.read_bytes(),
         "usr/share/doc/fixture-l10n/copyright": b"Files: *\nLicense: GPL-2+\n"})
+    _build_deb(tmp / "src", debs, "fixture-game", "1.0-1", {
+        **{k: v for k, v in _story_files().items() if "/crawl/" in k or "/freecol/" in k},
+        "usr/share/doc/fixture-game/copyright": b"Files: *\nLicense: GPL-2+\n"})
     _build_deb(tmp / "src", debs, "fixture-help-de", "7.4", {
         "usr/share/fixture/help/de/text/cursor.html": (DEB_FIX / "lo-help.de.text_direct_cursor.html").read_bytes()})
     _build_deb(tmp / "src", debs, "fixture-help-en", "7.4", {
@@ -258,17 +264,21 @@ def prepared(tmp_path_factory, mo_file):
     _build_deb(tmp / "src", debs, "coreutils", "9.1-1", {
         "usr/share/locale/de/LC_MESSAGES/coreutils.mo": mo_file.read_bytes()})
     kwargs = dict(deb_dir=debs, ding_from=FIX / "ding_sample.txt", verify=False,
-                  packages=["fixture-docs", "fixture-l10n", "fixture-help-de"], domain_packages=["coreutils"],
+                  packages=["fixture-docs", "fixture-l10n", "fixture-help-de", "fixture-game"],
+                  domain_packages=["coreutils"],
                   vocab_size=400, n_valid=5, n_test=10, n_test_general=3, n_test_domain=1, download=False,
                   progress=False, hard_vocab_limit=False)
 
     def run(out):
         deb.HELP_COMPANIONS["fixture-help-de"] = "fixture-help-en"
+        deb.STORY_SOURCES["fixture-game"] = ("crawl", "properties")
+        deb.SOURCE_KINDS["fixture-game"] = "narrative"
         try:
             with pytest.warns(UserWarning, match="sha256 mismatch"):  # the fixture is not the full Ding file
                 return prepare_debian(out, **kwargs)
         finally:
-            del deb.HELP_COMPANIONS["fixture-help-de"]
+            del deb.HELP_COMPANIONS["fixture-help-de"], deb.STORY_SOURCES["fixture-game"]
+            del deb.SOURCE_KINDS["fixture-game"]
     sheet = run(tmp / "out")
     return tmp, sheet, run
 
@@ -309,7 +319,9 @@ def test_datasheet_records_each_source(prepared):
     out = tmp / "out"
     on_disk = json.loads((out / "datasheet.json").read_text(encoding="utf-8"))
     recs = {r["package"]: r for r in on_disk["debian_sources"]}
-    assert set(recs) == {"fixture-docs", "fixture-l10n", "fixture-help-de"}
+    assert set(recs) == {"fixture-docs", "fixture-l10n", "fixture-help-de", "fixture-game"}
+    assert recs["fixture-game"]["story_files"] == 2 and recs["fixture-game"]["kind"] == "narrative"
+    assert recs["fixture-l10n"]["kind"] == "ui"
     deb_file = tmp / "debs" / "fixture-l10n_2:3.4-5_all.deb"
     assert recs["fixture-l10n"]["version"] == "2:3.4-5"
     assert recs["fixture-l10n"]["sha256"] == hashlib.sha256(deb_file.read_bytes()).hexdigest()
@@ -329,3 +341,210 @@ def test_same_debs_give_the_same_files(prepared):
     again = run(tmp / "out2")
     assert again["files_sha256"] == sheet["files_sha256"]
     assert (tmp / "out2" / "datasheet.json").read_bytes() == (tmp / "out" / "datasheet.json").read_bytes()
+
+
+# --- story text of games (aiayn/data/game_text.py); fixtures written for the test, see fixtures/debian/story/README.md
+
+STORY = DEB_FIX / "story"
+
+
+def _qm_field(tag: int, data: bytes) -> bytes:
+    return bytes([tag]) + len(data).to_bytes(4, "big") + data
+
+
+def _qm_bytes(messages) -> bytes:
+    """A Qt .qm catalogue: magic, a language section (0xa7), a hash section (0x42), the messages (0x69), a
+    contexts section (0x2f). Each message: translations (tag 3, UTF-16BE, one per plural form; None = the null
+    length 0xFFFFFFFF), an obsolete 4-byte field (tag 5), source (6), context (7), comment (8), end (1)."""
+    from aiayn.data.game_text import QM_MAGIC
+    body = b""
+    for ctx, src, translations in messages:
+        if translations is None:
+            body += bytes([3]) + b"\xff\xff\xff\xff"
+        else:
+            body += b"".join(_qm_field(3, t.encode("utf-16-be")) for t in translations)
+        body += bytes([5]) + b"\x12\x34\x56\x78" + _qm_field(6, src.encode("utf-8")) + \
+            _qm_field(7, ctx.encode("utf-8")) + _qm_field(8, b"a note for translators") + bytes([1])
+    return QM_MAGIC + _qm_field(0xa7, b"de_DE") + _qm_field(0x42, b"\x00\x01\x02\x03" * 4) + \
+        _qm_field(0x69, body) + _qm_field(0x2f, b"\x00\x08ActivityX")
+
+
+QM_MESSAGES = [("ActivityInfo", "Click on the red apple in the tree.", ["Klicke auf den roten Apfel im Baum."]),
+               ("Score", "%n apple(s) left", ["%n Apfel übrig", "%n Äpfel übrig"]),
+               ("Menu", "Quit the game", None)]
+
+
+def test_qm_messages_reads_source_translation_and_context():
+    from aiayn.data.game_text import qm_messages
+    got = qm_messages(_qm_bytes(QM_MESSAGES))
+    assert got == [("ActivityInfo", "Click on the red apple in the tree.", "Klicke auf den roten Apfel im Baum."),
+                   ("Score", "%n apple(s) left", "%n Apfel übrig"),   # first plural form only
+                   ("Menu", "Quit the game", "")]                      # no translation
+
+
+@pytest.mark.parametrize("data, match", [
+    (b"not a qm file at all, just text", "magic"),
+    (_qm_bytes(QM_MESSAGES)[:-3], "truncated"),
+])
+def test_qm_messages_rejects_broken_files(data, match):
+    from aiayn.data.game_text import qm_messages
+    with pytest.raises(ValueError, match=match):
+        qm_messages(data)
+
+
+def test_qm_messages_rejects_an_unknown_field():
+    from aiayn.data.game_text import QM_MAGIC, qm_messages
+    with pytest.raises(ValueError, match="unknown .qm message field tag 42"):
+        qm_messages(QM_MAGIC + _qm_field(0x69, bytes([42, 1])))
+
+
+def test_properties_are_paired_by_key_with_continuations_and_escapes():
+    from aiayn.data.game_text import keyed_pairs, read_properties
+    en = read_properties((STORY / "FreeColMessages.properties").read_text(encoding="utf-8"))
+    de = read_properties((STORY / "FreeColMessages_de.properties").read_text(encoding="utf-8"))
+    assert de["model.long.text"] == "Die Bauern haben im Frühling Mais gepflanzt. Sie haben ihn im Herbst geerntet."
+    assert "model.only.english" in en and "model.only.english" not in de
+    counts = {}
+    pairs = keyed_pairs(de, en, counts)
+    assert ("Das Schiff {0} ist in einem Sturm nahe der Küste verloren gegangen.",
+            "The ship {0} was lost in a storm near the coast.") in pairs
+    # the two-sentence value is cut into two sentence pairs; the plural template is one placeholder
+    assert ("Sie haben ihn im Herbst geerntet.", "They harvested it in the autumn.") in pairs
+    assert ("Ihr habt {0} Gold in den alten Ruinen gefunden.", "You found {0} of gold in the old ruins.") in pairs
+    assert [e for d, e in pairs][0] == "Your scout found a small village by the river."   # English file order
+    assert counts["game_placeholders"] == 3
+
+
+def test_lua_table_and_key_value_files():
+    from aiayn.data.game_text import keyed_pairs, lua_table_pairs, read_keyvalue
+    lua = lua_table_pairs((STORY / "de.lua").read_text(encoding="utf-8"))
+    assert ("Meine Schwester sagt allen von euch »auf Wiedersehen«.",
+            'My sister says "goodbye" to all of you.') in lua
+    assert not any("never find the way" in e for d, e in lua)                   # commented-out entry
+    assert ("Finde den Schlüssel im Garten.\nDann öffne die kleine Tür.",
+            "Find the key in the garden.\nThen open the small door.") in lua     # "|" is a line break
+    assert len(lua) == 4
+    en = read_keyvalue((STORY / "missions_en.txt").read_text(encoding="utf-8"))
+    de = read_keyvalue((STORY / "missions_de.txt").read_text(encoding="utf-8"))
+    assert en["Rainy_Day.desc"] == "It is raining all day, so the children stay at home and play cards."
+    pairs = keyed_pairs(de, en, {})
+    assert pairs[1] == ("Geh mit deinem Igel einen langen Spaziergang durch den ruhigen Park machen.",
+                        "Take your hedgehog for a long walk through the quiet park.")
+    assert len(pairs) == 4 and not any("Nobody" in e for d, e in pairs)
+
+
+def test_freeorion_stringtable():
+    from aiayn.data.game_text import keyed_pairs, read_stringtable
+    en = read_stringtable((STORY / "stringtable_en.txt").read_text(encoding="utf-8-sig"))
+    de = read_stringtable((STORY / "stringtable_de.txt").read_text(encoding="utf-8"))
+    assert list(en) == ["OK", "PLANET_DESC", "SPECIES_STORY", "REF_TEXT"]
+    assert de["SPECIES_STORY"] == ("Die Bewohner dieser Welt haben ihre Städte unter der Erde gebaut.\n"
+                                   "Sie kommen nur nachts an die Oberfläche, wenn die Luft kühl ist.")
+    pairs = keyed_pairs(de, en, {})
+    assert ("Der Planet {0} hat eine dünne Atmosphäre und sehr kalte Nächte.",
+            "The planet {0} has a thin atmosphere and very cold nights.") in pairs
+    assert ("Sie kommen nur nachts an die Oberfläche, wenn die Luft kühl ist.",
+            "They come to the surface only at night, when the air is cool.") in pairs   # paragraph by paragraph
+    assert ("Die {0} leben in großen Familien und teilen ihr ganzes Essen.",
+            "The {0} live in large families and share all their food.") in pairs        # [[KEY]] reference
+
+
+def test_crawl_entries_pair_wrapped_paragraphs():
+    from aiayn.data.game_text import keyed_pairs, read_crawl_entries
+    en = read_crawl_entries((STORY / "crawl_species_en.txt").read_text(encoding="utf-8"))
+    de = read_crawl_entries((STORY / "crawl_species_de.txt").read_text(encoding="utf-8"))
+    assert list(en) == ["Hill Orc", "Mountain Dwarf", "Sea Elf"] and list(de) == ["Hill Orc", "Mountain Dwarf"]
+    pairs = keyed_pairs(de, en, {}, wrapped=True)
+    assert pairs[:3] == [
+        ("Hügelorks sind starke und mutige Kämpfer, die gerne in großen Gruppen leben.",
+         "Hill orcs are strong and brave fighters who like to live in large groups."),
+        ("Sie können gut mit Äxten umgehen und haben keine Angst vor der Dunkelheit.",
+         "They are good with axes and do not mind the dark."),
+        ("Sie heilen nach einem Kampf schnell.", "They heal quickly after a battle.")]
+    # one English sentence for two German ones: the paragraph pair is kept whole
+    assert pairs[3] == ("Bergzwerge sind klein und kräftig. Sie sind sehr gut darin, Werkzeuge zu bauen.",
+                        "Mountain dwarves are short, stout and very good at making tools.")
+    assert len(pairs) == 4
+
+
+def test_colobot_help_and_scene():
+    from aiayn.data.game_text import colobot_scene, colobot_text, paragraph_pairs
+    en = colobot_text((STORY / "colobot_help.E.txt").read_text(encoding="utf-8"))
+    de = colobot_text((STORY / "colobot_help.D.txt").read_text(encoding="utf-8"))
+    pairs = paragraph_pairs(de, en, {}, wrapped=True)
+    assert pairs[:3] == [("Ziel", "Objective"),
+                         ("Fahren Sie Ihren Rover zur blauen Flagge in der Nähe des Sees.",
+                          "Drive your rover to the blue flag near the lake."),
+                         ("Programm", "Program")]
+    assert not any("move(10)" in e for d, e in pairs)                 # code lines are not text
+    assert pairs[-1] == ("Dann dreht er sich nach links und wartet auf Sie.",
+                         "Then it turns to the left and waits for you.")
+    scene = colobot_scene((STORY / "colobot_scene.txt").read_text(encoding="utf-8"))
+    assert scene["E"]["Title.resume"] == "Drive the small rover to the flag near the lake."
+    assert scene["D"]["Title.text"] == "Ein Ausflug zum See" and set(scene) == {"E", "D", "F"}
+
+
+def _story_files() -> dict[str, bytes]:
+    r = lambda name: (STORY / name).read_bytes()  # noqa: E731
+    lvl = "usr/share/games/colobot/levels/exercises/chapter001/level001/"
+    return {
+        "usr/share/gcompris-qt/translations/gcompris_de.qm": _qm_bytes(QM_MESSAGES),
+        "usr/share/games/freecol/strings/FreeColMessages.properties": r("FreeColMessages.properties"),
+        "usr/share/games/freecol/strings/FreeColMessages_de.properties": r("FreeColMessages_de.properties"),
+        "usr/share/games/hedgewars/Data/Locale/de.lua": r("de.lua"),
+        "usr/share/games/hedgewars/Data/Locale/missions_en.txt": r("missions_en.txt"),
+        "usr/share/games/hedgewars/Data/Locale/missions_de.txt": r("missions_de.txt"),
+        "usr/share/games/freeorion/default/stringtables/en.txt": r("stringtable_en.txt"),
+        "usr/share/games/freeorion/default/stringtables/de.txt": r("stringtable_de.txt"),
+        "usr/share/crawl/dat/descript/species.txt": r("crawl_species_en.txt"),
+        "usr/share/crawl/dat/descript/de/species.txt": r("crawl_species_de.txt"),
+        lvl + "help/help.E.txt": r("colobot_help.E.txt"), lvl + "help/help.D.txt": r("colobot_help.D.txt"),
+        lvl + "scene.txt": r("colobot_scene.txt"),
+    }
+
+
+def test_story_pairs_reads_each_format_and_the_shared_rules_clean_them():
+    from aiayn.data.game_text import STORY_FORMATS, story_pairs
+    counts = {}
+    raw, n, used = story_pairs(_story_files(), list(STORY_FORMATS), counts)
+    assert len(used) == 8            # the German side of every format (lua and qm are German-only files)
+    kept = {e: (d, norm) for d, e, norm in clean_pairs(raw, counts)}
+    assert kept["The ship X was lost in a storm near the coast."] == \
+        ("Das Schiff X ist in einem Sturm nahe der Küste verloren gegangen.", True)
+    assert kept["Click on the red apple in the tree."] == ("Klicke auf den roten Apfel im Baum.", False)
+    assert kept["Drive the small rover to the flag near the lake."][0] == \
+        "Fahren Sie den kleinen Rover zur Flagge in der Nähe des Sees."
+    assert "Hill orcs are strong and brave fighters who like to live in large groups." in kept
+    assert "Take your hedgehog for a long walk through the quiet park." in kept
+    assert not any(len(e.split()) < 5 for e in kept)                 # the shared length rule applied
+    # only a package's own formats are read
+    assert story_pairs(_story_files(), ["crawl"], {})[2] == ["usr/share/crawl/dat/descript/de/species.txt"]
+
+
+def test_story_pairs_counts_an_unreadable_file():
+    from aiayn.data.game_text import story_pairs
+    counts = {}
+    raw, n, used = story_pairs({"usr/share/x/translations/x_de.qm": b"garbage"}, ["qm"], counts)
+    assert (raw, used, counts["unreadable_story"]) == ([], [], 1)
+
+
+def test_train_kinds_name_each_train_pair_and_give_weights(prepared):
+    from aiayn.data.prepare_debian import load_train_weights
+    tmp, sheet, _ = prepared
+    out = tmp / "out"
+    train = _read(out / "train.tsv")
+    kinds = (out / "train_kinds.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(kinds) == len(train)
+    by_en = dict(zip((q.en for q in train), kinds))
+    ding = {q.en for q in parse_ding(FIX / "ding_sample.txt", progress=False)[0]}
+    assert all(by_en[e] == "ding" for e in by_en if e in ding)
+    game = [e for e, k in by_en.items() if k == "narrative"]
+    assert game and all(e not in ding for e in game)
+    assert "They heal quickly after a battle." in game or "They heal quickly after a battle." in \
+        {q.en for q in _read(out / "test_general.tsv")}
+    assert sheet["kinds"]["train_pairs"]["narrative"] == len(game)
+    w = load_train_weights(out)
+    assert [w[i] for i, k in enumerate(kinds) if k == "narrative"][0] == deb.KIND_WEIGHTS["narrative"]
+    assert load_train_weights(out, {k: 1.0 for k in deb.KIND_WEIGHTS}) == [1.0] * len(train)
+    with pytest.raises(ValueError, match="no weight for kind"):
+        load_train_weights(out, {"ding": 1})
