@@ -334,6 +334,7 @@ def test_datasheet_records_each_source(prepared):
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     md = (out / "DATASHEET.md").read_text(encoding="utf-8")
     assert "fixture-l10n" in md and "GPL-2+" in md and "test_general" in md
+    assert "## Kinds of text and weights" in md and "| narrative |" in md
 
 
 def test_same_debs_give_the_same_files(prepared):

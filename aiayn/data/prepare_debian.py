@@ -279,21 +279,7 @@ def _debian_datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> st
     L.append("\n## Sources\n")
     L.append(f"- Ding: Debian `{d['debian_package']}` {d['version']}, `{d['file']}` sha256 `{d['sha256']}`, "
              f"{d['license']}. {d['attribution']}.")
-    L.append("- Debian packages (Debian 12 bookworm; messages = catalogue messages + aligned help blocks read; "
-             "kept = pairs after cleaning; train/test_general = after deduplication and leak removal):\n")
-    L.append("| package | version | licence | .mo | help pages | messages | kept | train | test_general | .deb sha256 |")
-    L.append("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
-    recs = sorted(sheet["debian_sources"], key=lambda r: -r["pairs_kept"])
-    for r in recs:
-        comp = f" (+ `{r['companion']['package']}` {r['companion']['version']}, sha256 `{r['companion']['sha256'][:16]}…`)" \
-            if r.get("companion") else ""
-        L.append(f"| {r['package']}{comp} | {r['version']} | {r['licence'][:60]} | {r['mo_files']} | {r['help_pages']} | "
-                 f"{r['messages_read']:,} | {r['pairs_kept']:,} | {r['pairs_in_train']:,} | "
-                 f"{r['pairs_in_test_general']:,} | `{r['sha256'][:16]}…` |")
-    tot = lambda k: sum(r[k] for r in recs)  # noqa: E731
-    L.append(f"| **total** ({len(recs)} packages) | | | {tot('mo_files')} | {tot('help_pages')} | "
-             f"{tot('messages_read'):,} | {tot('pairs_kept'):,} | {tot('pairs_in_train'):,} | "
-             f"{tot('pairs_in_test_general'):,} | |")
+    L.extend(_sources_table(sheet["debian_sources"]))
     L.append("\nFull sha256 digests and .deb file names: `datasheet.json` (`debian_sources`). Each package keeps its "
              "own licence (see its `/usr/share/doc/PACKAGE/copyright`); models trained on this data must name them.")
     L.append("\nHeld out (never training data): the catalogues of " + ", ".join(sheet["held_out_packages"]) +
@@ -301,6 +287,12 @@ def _debian_datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> st
     for r in sheet["held_out_sources"]:
         L.append(f"- {r['package']} {r['version']} ({r['licence'][:40]}): {r['messages_read']:,} messages, "
                  f"{r['pairs_kept']:,} pairs kept")
+    k = sheet["kinds"]
+    L.append("\n## Kinds of text and weights\n")
+    L.append(f"`{k['file']}`: {k['what']}.\n")
+    L.append("| kind | train pairs | default weight |")
+    L.append("|---|---:|---:|")
+    L.extend(f"| {name} | {n:,} | {k['default_weights'][name]} |" for name, n in k["train_pairs"].items())
     L.append("\n## Cleaning rules (counts: pairs or messages each rule changed or dropped)\n")
     for k, v in sheet["rules"].items():
         L.append(f"- `{k}` ({sheet['rule_counts'].get(k, 0):,}): {v}")
@@ -325,6 +317,26 @@ def _debian_datasheet_markdown(sheet: dict, splits: dict[str, list[Pair]]) -> st
             L.extend(f"- `{q.de}` → `{q.en}`" for q in rng.sample(splits[name], min(5, len(splits[name]))))
             L.append("")
     return "\n".join(L) + "\n"
+
+
+def _sources_table(records: list[dict]) -> list[str]:
+    L = ["- Debian packages (Debian 12 bookworm; messages = catalogue messages + aligned help blocks + game texts "
+         "read; kept = pairs after cleaning; train/test_general = after deduplication and leak removal):\n",
+         "| package | version | licence | kind | .mo | help pages | game files | messages | kept | train | "
+         "test_general | .deb sha256 |",
+         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    recs = sorted(records, key=lambda r: -r["pairs_kept"])
+    for r in recs:
+        comp = f" (+ `{r['companion']['package']}` {r['companion']['version']}, sha256 `{r['companion']['sha256'][:16]}…`)" \
+            if r.get("companion") else ""
+        L.append(f"| {r['package']}{comp} | {r['version']} | {r['licence'][:60]} | {r['kind']} | {r['mo_files']} | "
+                 f"{r['help_pages']} | {r['story_files']} | {r['messages_read']:,} | {r['pairs_kept']:,} | "
+                 f"{r['pairs_in_train']:,} | {r['pairs_in_test_general']:,} | `{r['sha256'][:16]}…` |")
+    tot = lambda k: sum(r[k] for r in recs)  # noqa: E731
+    L.append(f"| **total** ({len(recs)} packages) | | | | {tot('mo_files')} | {tot('help_pages')} | "
+             f"{tot('story_files')} | {tot('messages_read'):,} | {tot('pairs_kept'):,} | {tot('pairs_in_train'):,} | "
+             f"{tot('pairs_in_test_general'):,} | |")
+    return L
 
 
 def debian_summary(sheet: dict, out: Path) -> str:
