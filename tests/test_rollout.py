@@ -236,11 +236,17 @@ def test_layers_figure_holds_every_layer():
     from aiayn.figures.rollout import rollout_layers
 
     r = rollout(hand_maps(), kind="encoder")[:, 0].numpy()
-    fig = rollout_layers(r, ["a", "</s>"], ["a", "</s>"], highlight=2)
+    fig = rollout_layers(r, ["a", "a"], ["a", "a"], highlight=2)  # repeated labels are made unique
     assert len(fig.data) == 2 and all(t.coloraxis == "coloraxis" for t in fig.data)
     np.testing.assert_allclose(np.asarray(fig.data[1].z), ENC_ROLL[1])
-    assert list(fig.data[0].x) == ["0:a", "1:&lt;/s&gt;"]
+    assert list(fig.data[0].x) == ["0:a", "1:a"]
     assert "<b>layer 2</b>" in [a.text for a in fig.layout.annotations]
+    # unique labels (the page's "i:piece") are kept, and the grid names its words: keys under every panel,
+    # queries left of the first
+    fig = rollout_layers(r, ["0:a", "1:</s>"], ["0:a", "1:</s>"])
+    assert list(fig.data[0].x) == list(fig.data[1].x) == ["0:a", "1:&lt;/s&gt;"] and list(fig.data[0].y)[0] == "0:a"
+    assert fig.layout.xaxis.showticklabels and fig.layout.xaxis2.showticklabels
+    assert fig.layout.yaxis.showticklabels and not fig.layout.yaxis2.showticklabels
     with pytest.raises(ValueError):
         rollout_layers(r[0], ["a", "b"], ["a", "b"])
     with pytest.raises(ValueError):

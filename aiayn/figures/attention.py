@@ -280,9 +280,11 @@ def head_stats_figure(stats, metric: str, *, colorscale: str = "Viridis", templa
 def small_multiples(maps: np.ndarray, panel_titles: Sequence[str], q_labels: Sequence[str], k_labels: Sequence[str],
                     *, hover_prefixes: Sequence[str], title: str = "", colorscale: str = "Viridis",
                     zmax: float | None = None, max_height: int = 420, colorbar_thickness: int = 12,
-                    template: str | None = None) -> go.Figure:
-    """N small ``(Q, K)`` heatmaps in one row with one shared colour scale and no tick labels (labels on hover):
-    one map over training steps, or the rollout up to each layer.
+                    template: str | None = None, tick_labels: bool = False) -> go.Figure:
+    """N small ``(Q, K)`` heatmaps in one row with one shared colour scale, labels on hover: one map over
+    training steps, or the rollout up to each layer. With ``tick_labels`` the panels also name their keys
+    (every panel, below it) and queries (the first panel, on its left), for grids of a few panels that have
+    the room; otherwise they carry no tick labels.
 
     Args:
         maps: ``(N, Q, K)`` weights.
@@ -301,13 +303,18 @@ def small_multiples(maps: np.ndarray, panel_titles: Sequence[str], q_labels: Seq
                                  hovertemplate=f"{plotly_safe(hover_prefixes[i])}<br>query %{{y}}<br>key %{{x}}<br>"
                                                "weight %{z:.3f}<extra></extra>"), row=1, col=i + 1)
     vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
-    fig.update_xaxes(showticklabels=False, type="category")
-    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed")
+    fig.update_xaxes(showticklabels=tick_labels, type="category", tickangle=-60 if tick_labels else None,
+                     automargin=True)
+    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed", automargin=True)
+    if tick_labels:
+        fig.update_yaxes(showticklabels=True, row=1, col=1)
+    # with tick labels the panels keep their height and the figure grows by the labels' room (~6 px a character)
+    room = 6 * max((len(str(t)) for t in [*q_labels, *k_labels]), default=0) + 20 if tick_labels else 0
     fig.update_layout(
         coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=vmax,
                        colorbar=dict(title=dict(text="weight"), thickness=colorbar_thickness)),
         title=dict(text=title) if title else None,
-        height=int(min(max_height, max(max_height // 2, 80 + 2.2 * max_height / max(n, 1) * q / max(k, 1)))),
+        height=int(min(max_height, max(max_height // 2, 80 + 2.2 * max_height / max(n, 1) * q / max(k, 1)))) + room,
         margin=dict(l=10, r=40, t=80 if title else 40, b=10),
     )
     use_template(fig, template)

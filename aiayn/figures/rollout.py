@@ -3,8 +3,8 @@ arrays in, ``go.Figure`` out.
 
 The single maps (raw head mean beside the rollout) use :func:`aiayn.figures.attention.attention_heatmap`;
 this module adds the small multiples: the rollout up to each layer, left to right, on one colour scale, so
-the flow can be followed as it spreads (or stays on the diagonal) through the stack. Layers are labelled
-from 1, as in the app.
+the flow can be followed as it spreads (or stays on the diagonal) through the stack, with the pieces or words
+on the axes. Layers are labelled from 1, as in the app.
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def rollout_layers(
     Args:
         stack: ``(L, Q, K)`` rollout of one sentence (:func:`aiayn.analysis.rollout` at batch item 0),
             weights in [0, 1].
-        q_labels, k_labels: ``Q`` / ``K`` labels (made unique, ``"i:label"``), shown on hover.
+        q_labels, k_labels: ``Q`` / ``K`` labels (kept when already unique, else made unique as ``"i:label"``):
+            the keys under every panel, the queries left of the first, and both on hover.
         highlight: layer (from 1) whose title is marked as the one picked in the app, or None.
 
     Raises:
@@ -45,6 +46,10 @@ def rollout_layers(
     if (Q, K) != (len(q_labels), len(k_labels)):
         raise ValueError(f"rollout of shape {w.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
     titles = [f"<b>layer {l + 1}</b>" if highlight == l + 1 else f"layer {l + 1}" for l in range(L)]
-    return small_multiples(w, titles, unique_labels(q_labels), unique_labels(k_labels),
+    def distinct(labels: Sequence[str]) -> list[str]:  # already unique ("i:piece" from the page): kept as they are
+        return list(labels) if len(set(labels)) == len(labels) else unique_labels(labels)
+
+    return small_multiples(w, titles, distinct(q_labels), distinct(k_labels),
                            hover_prefixes=[f"up to layer {l + 1}" for l in range(L)], title=title,
-                           colorscale=colorscale, max_height=520, colorbar_thickness=14, template=template)
+                           colorscale=colorscale, max_height=520, colorbar_thickness=14, template=template,
+                           tick_labels=True)
