@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,22 @@ def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, b
         assert json.loads((shipped / "eval_test.json").read_text())["checkpoint"] == str(shipped.resolve())
     else:
         assert _digest(shipped) == before
+
+
+def test_a_run_that_another_process_trains_is_refused(world, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "busy-run"
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "aiayn", "train", "--run", str(run)])
+    try:
+        time.sleep(0.5)
+        assert continuous.training_pid(run) == fake.pid
+        assert continuous.training_pid(tmp_path / "other-run") is None
+        monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+        code = continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--run", str(run), "--shipped",
+                                    str(world["shipped"]), "--data", str(world["data"]), "--out", str(tmp_path / "o"),
+                                    "--no-nice", "--threads", "1"])
+        assert code == 2
+        assert f"process {fake.pid} is training {run}" in capsys.readouterr().err
+        assert not run.exists() and not (tmp_path / "o").exists()
+    finally:
+        fake.kill()
+        fake.wait()

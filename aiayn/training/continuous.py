@@ -117,6 +117,23 @@ def choose_run(given: str | None, shipped_meta: dict[str, Any], direction: str) 
     return candidates[-1], False
 
 
+def training_pid(run: Path) -> int | None:
+    """The process id of another ``aiayn train`` that trains ``run`` now (read from ``/proc``), or None: two trainers
+    on one run would overwrite each other's states."""
+    target = run.expanduser().resolve()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if int(proc.name) == os.getpid() or "train" not in argv or not any("aiayn" in a for a in argv):
+            continue
+        for flag, value in zip(argv, argv[1:]):
+            if flag in ("--run", "--run-dir") and Path(value).expanduser().resolve() == target:
+                return int(proc.name)
+    return None
+
+
 def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
     """A data folder whose ``spm.model`` is byte-identical to the shipped checkpoint's (the warm start's token ids
     must mean the same pieces): ``data`` itself when it is, else ``<data>-shipspm`` beside it, holding links to
@@ -188,6 +205,9 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
     from .cli import parse_overrides
 
     run, resume = choose_run(args.run, shipped_meta, args.direction)
+    pid = training_pid(run)
+    if pid is not None:
+        raise BadInput(f"process {pid} is training {run} now; wait for it to stop (or stop it) and run this again")
     base = [sys.executable, "-m", "aiayn", "train", "--run", str(run)]
     threads = ["--threads", str(args.threads)] if args.threads else []
     extra = parse_overrides(args.train_set)
@@ -342,8 +362,8 @@ def _parser() -> argparse.ArgumentParser:
     when = ap.add_mutually_exclusive_group(required=True)
     when.add_argument("--until", default=None, metavar="HH:MM", help="stop at this time of the local clock (tomorrow if past)")
     when.add_argument("--minutes", type=float, default=None, help="stop this many minutes from now")
-    ap.add_argument("--reserve-minutes", type=float, default=8.0,
-                    help="minutes before the deadline kept for averaging, evaluation and the card (default 8)")
+    ap.add_argument("--reserve-minutes", type=float, default=10.0,
+                    help="minutes before the deadline kept for averaging, evaluation and the card (default 10)")
     ap.add_argument("--run", default=None, help="run folder (default: the shipped model's run if it is still there, else "
                     "~/.cache/aiayn/runs/<direction>-on)")
     ap.add_argument("--data", default=None, help="data folder for a warm start (default: the one the shipped model was "
