@@ -4,8 +4,8 @@ Beam search follows the paper's setting: beam size 4, length penalty alpha = 0.6
 (2016, GNMT), ``lp(Y) = ((5 + |Y|) / 6) ** alpha``, hypotheses ranked by ``log P(Y|X) / lp(Y)``, maximum
 output length = input length + 50, stopping early when possible (a sentence is done once it has
 ``beam_size`` finished hypotheses, as in fairseq). In a batch, a sentence that is done leaves it: its rows are
-dropped, so the remaining steps cost only what the unfinished sentences need (28 sentences, beam 4, on the 2-core
-CPU: 0.63 -> 0.44 CPU-s). Rows of one sentence never mix with another's, so this changes no hypothesis; the other
+dropped, so the remaining steps cost only what the unfinished sentences need (docs/benchmarks.md, "Classroom load
+test, third round"). Rows of one sentence never mix with another's, so this changes no hypothesis; the other
 sentences' numbers move by float32 rounding only (other matrix shapes), as any batching does.
 
 With ``use_cache=True`` each step feeds only the newest token: decoder self-attention keys/values of
