@@ -62,7 +62,11 @@ STORY_FORMATS = {
     "crawl": re.compile(r"/descript/(?:de/)?(?!quotes\.txt)[^/]+\.txt$"),
     "colobot": re.compile(r"/colobot/(?:help/[ED]/.+|levels/.+/(?:help\.[ED]|scene|chaptertitle))\.txt$"),
 }
-_GAME_PLACEHOLDER = re.compile(r"%[A-Za-z_][\w.]*%|%\d+%|\$cmd\[[A-Z_]+\]|\{\{(?:[^{}]|\{\{[^{}]*\}\})*\}\}|\[\[[^\[\]]*\]\]")
+_GAME_PLACEHOLDER = re.compile(
+    r"%[A-Za-z_][\w.]*%|%\d+%"                       # FreeCol %name%, FreeOrion %1%
+    r"|\$cmd\[[A-Z_]+\]"                             # Crawl key bindings
+    r"|\{\{(?:[^{}]|\{\{[^{}]*\}\})*\}\}"              # FreeCol {{plural:...}} (one level of nesting)
+    r"|\[\[[^\[\]]*\]\]")                            # FreeOrion [[KEY]] references
 
 
 def qm_messages(data: bytes) -> list[tuple[str, str, str]]:
