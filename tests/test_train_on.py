@@ -225,3 +225,16 @@ def test_a_run_that_another_process_trains_is_refused(world, tmp_path, monkeypat
     finally:
         fake.kill()
         fake.wait()
+
+
+def test_an_evaluation_of_other_weights_or_files_is_stale(world, warm, tmp_path):
+    cand = world["out"] / "candidate"
+    test_file = world["data"] / "test.tsv"
+    assert continuous._fresh_test_eval(cand / "eval_test.json", cand, test_file)
+    assert continuous._fresh_dev_eval(cand / "eval_dev.json", cand, world["dev"], "en-de")
+    # the same JSONs said of the shipped weights, of another test split, of other dev sets, of the other direction
+    assert not continuous._fresh_test_eval(cand / "eval_test.json", world["shipped"], test_file)
+    assert not continuous._fresh_test_eval(cand / "eval_test.json", cand, world["data"] / "valid.tsv")
+    assert not continuous._fresh_dev_eval(cand / "eval_dev.json", world["shipped"], world["dev"], "en-de")
+    assert not continuous._fresh_dev_eval(cand / "eval_dev.json", cand, DEVSETS_DIR, "en-de")
+    assert not continuous._fresh_dev_eval(cand / "eval_dev.json", cand, world["dev"], "de-en")

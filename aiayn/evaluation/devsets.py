@@ -162,6 +162,7 @@ def cli_main(argv: list[str]) -> int:
     out = {
         "checkpoint": str(Path(args.checkpoint).expanduser().resolve()),
         "checkpoint_step": tr.meta.get("step"),
+        "model_sha256": sha256_file(Path(args.checkpoint).expanduser() / "model.safetensors"),
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha, "max_len": "source length + 50"},
         "signatures": {"bleu": sig["bleu_signature"], "chrf": sig["chrf_signature"]},
         "sets": {name: {"file": f"{name}.tsv", "sha256": sha256_file(Path(args.devsets) / f"{name}.tsv"),

@@ -286,21 +286,27 @@ def _dev_scores(path: Path, direction: str) -> dict[str, dict[str, float]]:
     return {f"dev/{name}": {"bleu": float(s["bleu"]), "chrf": float(s["chrf"])} for name, s in per_set.items()}
 
 
-def _fresh_test_eval(path: Path, test_file: Path) -> bool:
-    """Whether an ``aiayn evaluate`` JSON scored ``test_file`` (same bytes) in full with beam 4 and alpha 0.6."""
+#: meta fields that tell one exported checkpoint from another (an evaluation of other weights is stale)
+IDENTITY = ("step", "train_tokens", "averaged_states")
+
+
+def _fresh_test_eval(path: Path, ckpt: Path, test_file: Path) -> bool:
+    """Whether an ``aiayn evaluate`` JSON scored these weights (same step, tokens and averaged states as the
+    checkpoint's meta) on ``test_file`` (same bytes) in full with beam 4 and alpha 0.6."""
     from ..files import sha256_file
 
     try:
-        ev = _read_json(path)
+        ev, meta = _read_json(path), _read_json(ckpt / "config.json").get("meta") or {}
     except BadInput:
         return False
-    dec = ev.get("decoding") or {}
+    dec, ev_meta = ev.get("decoding") or {}, ev.get("checkpoint_meta") or {}
     return (ev.get("data") or {}).get("split_file_sha256") == sha256_file(test_file) and ev.get("limit") is None \
-        and dec.get("beam_size") == 4 and dec.get("alpha") == 0.6
+        and dec.get("beam_size") == 4 and dec.get("alpha") == 0.6 and all(ev_meta.get(k) == meta.get(k) for k in IDENTITY)
 
 
-def _fresh_dev_eval(path: Path, devsets: Path, direction: str) -> bool:
-    """Whether an ``aiayn evaluate-dev`` JSON scored the current files of every set in ``devsets`` in ``direction``."""
+def _fresh_dev_eval(path: Path, ckpt: Path, devsets: Path, direction: str) -> bool:
+    """Whether an ``aiayn evaluate-dev`` JSON scored these weights (``model.safetensors``' SHA-256) on the current
+    files of every set in ``devsets`` in ``direction``."""
     from ..evaluation.devsets import SET_NAMES
     from ..files import sha256_file
 
@@ -309,8 +315,8 @@ def _fresh_dev_eval(path: Path, devsets: Path, direction: str) -> bool:
     except BadInput:
         return False
     sets = ev.get("sets") or {}
-    return direction in (ev.get("scores") or {}) and all(
-        (sets.get(n) or {}).get("sha256") == sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES)
+    return direction in (ev.get("scores") or {}) and ev.get("model_sha256") == sha256_file(ckpt / "model.safetensors") \
+        and all((sets.get(n) or {}).get("sha256") == sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES)
 
 
 def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, dict[str, float]]:
@@ -322,12 +328,12 @@ def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: st
 
     work.mkdir(parents=True, exist_ok=True)
     test_json = ckpt / "eval_test.json"
-    if not _fresh_test_eval(test_json, data / "test.tsv"):
+    if not _fresh_test_eval(test_json, ckpt, data / "test.tsv"):
         test_json = work / "eval_test.json"
         evaluate_main(["--checkpoint", str(ckpt), "--data", str(data), "--direction", direction, "--device", device,
                        "--no-progress", "--samples", "0", "--out", str(test_json)])
     dev_json = ckpt / EVAL_DEV_FILE
-    if not _fresh_dev_eval(dev_json, devsets, direction):
+    if not _fresh_dev_eval(dev_json, ckpt, devsets, direction):
         dev_json = work / EVAL_DEV_FILE
         dev_main(["--checkpoint", str(ckpt), "--devsets", str(devsets), "--direction", direction, "--device", device,
                   "--out", str(dev_json)])
