@@ -33,7 +33,8 @@ from .pieces import (
     unique_labels, word_groups, words_text,
 )
 from .stats import entropy, head_stats, top_k
-from .text import MAX_CHARS, check_text, split_sentences, unseen_script_share
+from .text import (LANGUAGE_NAMES, MAX_CHARS, check_text, language_evidence, likely_language, split_sentences,
+                   unseen_script_share, wrong_language_hint)
 from .views import kind_labels, kind_stack, pieces_view, query_labels, view_stack
 
 __all__ = [
@@ -41,7 +42,8 @@ __all__ = [
     "explain_batch", "forced_probs", "forced_probs_batch", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
     "query_labels", "top_k", "unique_labels", "view_stack", "word_groups",
     "is_punctuation", "pieces_view", "words_text",
-    "split_sentences", "unseen_script_share",
+    "split_sentences", "unseen_script_share", "LANGUAGE_NAMES", "language_evidence", "likely_language",
+    "wrong_language_hint",
     "ROLLOUT_KINDS", "rollout", "rollout_dict", "rollout_frame",
     "ALIGN_BY", "COMPARE_KINDS", "AlignedMaps", "align_maps",
 ]

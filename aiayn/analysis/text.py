@@ -2,8 +2,9 @@
 
 The job of this module is to turn whatever a user typed into a sentence the translator accepts (or
 ``None``), and to say in plain words what was changed; it also splits long input into sentences
-(:func:`split_sentences`, the Translate page translates them one by one) and measures how much of a text is in a
-script the English-German models never saw (:func:`unseen_script_share`). It reuses
+(:func:`split_sentences`, the Translate page translates them one by one), measures how much of a text is in a
+script the English-German models never saw (:func:`unseen_script_share`), and guesses when a text is in the
+model's other language (:func:`wrong_language_hint`: German typed into en-de, English into de-en). It reuses
 :func:`aiayn.translator.clean_text`, the translator's own cleaning, so the app and the translator agree on what
 counts as empty.
 """
@@ -77,3 +78,56 @@ def unseen_script_share(text: str) -> tuple[float, list[str]]:
     if not letters:
         return 0.0, []
     return len(foreign) / len(letters), sorted({unicodedata.name(c, "UNKNOWN").split()[0] for c in foreign})
+
+
+#: the languages of the shipped models, by code (for messages: "German", not "de")
+LANGUAGE_NAMES = {"en": "English", "de": "German"}
+
+#: frequent function words (articles, pronouns, auxiliaries, conjunctions, prepositions) of each language that are
+#: not words of the other one; words both use or that mean something else there ("in", "so", "also", "an",
+#: "was", "will", "war", "man", "hat" ...) are left out, so one of these words is evidence for its language
+FUNCTION_WORDS = {
+    "en": frozenset("""the a and is are were be been being have has had of to it its this that these those with for
+        you he she we they i me my your his our their not do does did what where how why who which when can
+        could would should there here very because or but from by at on if than then into about no yes please
+        thank isn't don't doesn't didn't won't can't i'm it's""".split()),
+    "de": frozenset("""der die das den dem des ein eine einen einem einer eines und ist sind waren bin bist nicht
+        ich du er sie wir ihr es mich mir dich dir uns euch mein meine dein deine sein seine mit von zu zum zur
+        auf für bei aus nach über unter haben habe hast hatte wird werden wurde kann können möchte sehr auch aber
+        oder wo wie warum wer welche wenn dass noch schon nur kein keine keinen ja nein bitte danke heute morgen
+        gern gerne im vom ins""".split()),
+}
+_GERMAN_LETTERS = frozenset("äöüßÄÖÜẞ")
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+
+
+def language_evidence(text: str) -> dict[str, int]:
+    """How many words of ``text`` are function words of each language (:data:`FUNCTION_WORDS`, case-folded),
+    plus one for German when the text has an umlaut or ß (once: a German name in an English sentence is one
+    point, not one per letter). Returns ``{"en": n, "de": m}``."""
+    words = _WORD.findall(text.casefold().replace("’", "'"))
+    counts = {lang: sum(w in vocab for w in words) for lang, vocab in FUNCTION_WORDS.items()}
+    counts["de"] += any(c in _GERMAN_LETTERS for c in text)
+    return counts
+
+
+def likely_language(text: str, *, min_evidence: int = 2) -> str | None:
+    """``"en"`` or ``"de"`` when :func:`language_evidence` clearly favours one: at least ``min_evidence`` points
+    and at least twice the other's; None otherwise (too short, mixed, or neither: "Danke!" alone says nothing).
+    A cheap hint, not a language identifier: it only knows the two languages of the models."""
+    ev = language_evidence(text)
+    (best, n), (_, other) = sorted(ev.items(), key=lambda kv: -kv[1])
+    return best if n >= min_evidence and n >= 2 * other else None
+
+
+def wrong_language_hint(text: str, src_lang: str, tgt_lang: str) -> str | None:
+    """A message when ``text`` looks like it is in the other language than the model's source (German typed
+    into an English -> German model, or English into German -> English), saying what happens and what to do;
+    None when it looks right or there is too little evidence (:func:`likely_language`)."""
+    guess = likely_language(text)
+    if guess is None or guess == src_lang or src_lang not in LANGUAGE_NAMES:
+        return None
+    src, tgt, seen = (LANGUAGE_NAMES.get(x, x) for x in (src_lang, tgt_lang, guess))
+    return (f"**This looks like {seen}, but this model translates {src} → {tgt}.** It reads every input as "
+            f"{src}, so the output (and its attention) is of little use; type {src}, or switch the translation "
+            f"direction in the sidebar to {LANGUAGE_NAMES.get(tgt_lang, tgt_lang)} → {src}.")

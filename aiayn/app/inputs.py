@@ -1,12 +1,13 @@
 """What a user types, checked on every page the same way: :func:`aiayn.analysis.check_text` cleans it and says
 what it changed; here each note is shown (a warning when text is left to translate, an info line when nothing
-is), so bad input gets a clear message and never a traceback. Not a paper section.
+is), so bad input gets a clear message and never a traceback; and a text that looks like the model's other
+language gets a hint (:func:`language_hint`). Not a paper section.
 """
 from __future__ import annotations
 
 import streamlit as st
 
-from ..analysis import MAX_CHARS, check_text
+from ..analysis import MAX_CHARS, check_text, wrong_language_hint
 
 
 def checked_text(text: object, *, what: str = "sentence", prefix: str = "", max_chars: int = MAX_CHARS) -> str | None:
@@ -36,3 +37,12 @@ def optional_reference(ref: object, *, prefix: str = "") -> str | None:
     if not isinstance(ref, str) or not ref.strip():
         return None
     return checked_text(ref, what="reference", prefix=prefix)
+
+
+def language_hint(text: str | None, src_lang: str, tgt_lang: str) -> bool:
+    """Warn when ``text`` looks like the model's other language (German typed into en-de, English into de-en;
+    :func:`~aiayn.analysis.wrong_language_hint`, a function-word count). Returns whether a warning was shown."""
+    hint = wrong_language_hint(text, src_lang, tgt_lang) if isinstance(text, str) else None
+    if hint:
+        st.warning(hint, icon=":material/translate:")
+    return hint is not None
