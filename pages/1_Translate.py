@@ -99,6 +99,8 @@ if share >= UNSEEN_SHARE or (src_pieces and n_bytes / len(src_pieces) >= UNSEEN_
                f"{LANGS[ctx.tgt_lang]} sentence pairs). {seen}{n_bytes} of the {len(src_pieces)} source pieces are "
                "raw bytes (`<0x..>`): its vocabulary has no piece for those characters. The output below is not a "
                f"translation; type {LANGS[ctx.src_lang]}.", icon=":material/translate:")
+else:  # the other language of the pair: German typed into en-de, English into de-en
+    ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
 if n > 1:
     st.info(f"The input is {len(cleaned):,} characters long (more than {SPLIT_ABOVE}), so it was split into **{n} "
             "sentences** (after . ! ? … followed by a space, and after the CJK full stop, exclamation and question "

@@ -12,6 +12,7 @@ import streamlit as st
 
 from aiayn import calls, lessons
 from aiayn import app as ui
+from aiayn.analysis import LANGUAGE_NAMES
 from aiayn.figures import labs
 
 EXAMPLES = {
@@ -72,7 +73,7 @@ key_id = (str(ctx.checkpoint), id(tr.model))
 
 # -- 1. padding + causal masks on a real batch -----------------------------------------------------------------
 st.header("1 · Padding and look-ahead masks of a real batch")
-batch_text = st.text_area(f"A small batch of {ctx.src_lang} sentences, one per line (at most 8)",
+batch_text = st.text_area(f"A small batch of {LANGUAGE_NAMES[ctx.src_lang]} sentences, one per line (at most 8)",
                           value="\n".join(EXAMPLES.get(ctx.src_lang, EXAMPLES["en"])), key="batch", height=110)
 try:
     batch = lessons.padded_batch(tr.tokenizer, batch_text.splitlines(), cfg.pad_id, eos_id=cfg.eos_id, max_len=min(cfg.max_len, 48))
@@ -115,8 +116,8 @@ ui.warn_bad_param("dec_head", lambda r: r.isdigit() and 1 <= int(r) <= cfg.n_hea
 ui.warn_bad_param("nomask", lambda r: r.lower() in ("true", "false"), "nomask must be true or false")
 default_text = DEFAULT_SENTENCE.get(ctx.src_lang, DEFAULT_SENTENCE["en"])
 c1, c2 = st.columns([3, 2])
-text = c1.text_input(f"Source sentence ({ctx.src_lang})", value=default_text, key="text", bind="query-params", max_chars=400)
-reference = c2.text_input(f"Decoder input ({ctx.tgt_lang}); empty = the model's own translation", value="", key="ref",
+text = c1.text_input(f"Source sentence ({LANGUAGE_NAMES[ctx.src_lang]})", value=default_text, key="text", bind="query-params", max_chars=400)
+reference = c2.text_input(f"Decoder input ({LANGUAGE_NAMES[ctx.tgt_lang]}); empty = the model's own translation", value="", key="ref",
                           bind="query-params", max_chars=400)
 c3, c4, c5 = st.columns(3)
 layer = c3.selectbox("Decoder layer", list(range(1, cfg.n_layers + 1)), key="dec_layer", bind="query-params")

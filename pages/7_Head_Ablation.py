@@ -68,6 +68,7 @@ write_view(PAGE, {"text": None if text == DEFAULT_TEXT else text or "",
 remember_form("ab_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)
+ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
 reference = ui.optional_reference(ref)
 
 # -- the head switches ----------------------------------------------------------------------------------------

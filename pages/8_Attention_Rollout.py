@@ -66,6 +66,7 @@ via_encoder = c5.toggle("Cross: through the encoder rollout", value=True, key="v
                              "pieces rather than on the encoder's output positions.")
 
 cleaned = ui.sentence_or_stop(text)
+ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
 reference = None
 if mode == "forced":
     reference = ui.optional_reference(ref or by_sentence.get(cleaned, ""))
