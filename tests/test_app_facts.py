@@ -93,3 +93,41 @@ def test_scaled_dot_product_maps_use_the_tables_names(checkpoints):
     assert list(out["x"]) == list(v.columns) and list(out["y"]) == [f"q{i}" for i in q.index]
     assert list(charts(at)["m_scores"]["data"][0]["x"]) == [f"k{i}" for i in k.index]
     assert any("count from 0 in the tables and in the maps" in m.value for m in at.markdown)
+
+
+def _warnings(at) -> str:
+    return "\n".join(str(w.value) for w in at.warning)
+
+
+@pytest.mark.parametrize("page", ["pages/1_Translate.py", "pages/2_Attention_Explorer.py"])
+def test_german_typed_into_en_de_gets_a_hint(checkpoints, page):
+    from app_pages import open_page
+
+    at = open_page(page)
+    assert not at.exception, at.exception
+    assert "looks like" not in _warnings(at)  # the default English sentence
+    at = open_page(page, {"text": "Ich habe heute keine Zeit für dich."})
+    assert not at.exception, at.exception
+    assert "This looks like German, but this model translates English → German" in _warnings(at)
+    at = open_page(page, {"text": "I have no time for you today."})
+    assert "looks like" not in _warnings(at)
+
+
+def test_english_typed_into_de_en_gets_a_hint(checkpoints):
+    from app_pages import open_page
+
+    at = open_page("pages/1_Translate.py", {"direction": "de-en", "text": "Where is the train station?"})
+    assert not at.exception, at.exception
+    assert "This looks like English, but this model translates German → English" in _warnings(at)
+    assert "looks like" not in _warnings(open_page("pages/1_Translate.py", {"direction": "de-en"}))
+
+
+def test_masking_names_the_languages(checkpoints):
+    from app_pages import open_page
+
+    at = open_page("pages/4_Masking.py")
+    assert not at.exception, at.exception
+    labels = [t.label for t in at.text_input] + [t.label for t in at.text_area]
+    assert "Source sentence (English)" in labels and any(lb.startswith("Decoder input (German)") for lb in labels)
+    assert any("batch of English sentences" in lb for lb in labels)
+    assert not any("(en)" in lb or "(de)" in lb or " en sentences" in lb for lb in labels)
