@@ -105,3 +105,15 @@ def test_the_shipped_cards_show_the_recorded_lineage(direction):
     lines = lineage_lines(meta_of(ckpt))
     assert lines and "\n".join(lines) in card
     assert "- Steps (this run):" in card and "bf16 autocast on the GPU" not in card
+
+
+def test_readme_states_the_shipped_lifetimes_and_the_serving_defaults():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    en, de = (lifetime(meta_of(ROOT / "checkpoints" / d)) for d in ("en-de", "de-en"))
+    assert f"en-de has trained {en.steps:,} steps" in readme and f"de-en {de.steps:,}" in readme
+    assert f"{en.wall_time_s / 3600:.1f} hours" in readme and f"{de.wall_time_s / 3600:.1f} hours" in readme
+    # the serving section: the default already listens on every interface; 127.0.0.1 restricts; no login
+    assert "--server.address 0.0.0.0" not in readme and "--server.address 127.0.0.1" in readme
+    assert "listens on every network interface" in readme and "**no login**" in readme
+    # both shipped models were trained on the Debian sentences: the licence section must not say only en-de
+    assert "en-de also on German translations" not in readme and "both (en-de and de-en)" in readme
