@@ -6,7 +6,7 @@ V vocabulary. Token ids are int64. Attention masks follow :mod:`aiayn.model.atte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -80,7 +80,6 @@ class DecoderOutput:
     self_scores: Tensor | None = None
     cross_scores: Tensor | None = None
     cache: DecoderCache | None = None
-    hidden: Tensor | None = field(default=None, repr=False)
 
 
 def _stack(items: list[Tensor | None]) -> Tensor | None:
@@ -356,7 +355,7 @@ class Transformer(nn.Module):
         if self.cfg.norm_first:
             y = self.decoder_norm(y)
         new_cache = DecoderCache(new_self, new_cross, start + t) if cache is not None else None
-        return DecoderOutput(self.project(y), _stack(sw), _stack(cw), _stack(ssc), _stack(csc), new_cache, y)
+        return DecoderOutput(self.project(y), _stack(sw), _stack(cw), _stack(ssc), _stack(csc), new_cache)
 
     def forward(
         self, src: Tensor, tgt: Tensor, *, return_attention: bool = False, return_scores: bool = False,
