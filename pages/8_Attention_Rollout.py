@@ -114,7 +114,8 @@ st.caption(f"{KIND_TITLES[kind].capitalize()}. Rows are queries, columns keys; e
 
 st.markdown("##### The rollout layer by layer")
 ui.show_figure(rollout_layers(roll, q_lab, k_lab, highlight=layer, colorscale=ctx.colorscale, template=ctx.template,
-                              title=f"Rollout of the {KIND_TITLES[kind]} up to each layer (r = {residual:.2f})"),
+                              title=f"Rollout of the {KIND_TITLES[kind]} up to each layer (r = {residual:.2f})",
+                              columns=1 if ctx.presenter else None),
                key="layers", filename=f"rollout_{kind}_{ctx.direction}_layers_r{residual:.2f}")
 
 st.markdown("##### Download the rollout")

@@ -61,7 +61,8 @@ PRESENTER_COLORSCALE = "Cividis"
 
 # Presenter mode's page CSS. The main column's side padding shrinks (5rem of 20 px each side took 200 px from the
 # charts); typed text grows with the body text; labels wrap instead of being cut with an ellipsis in a narrow
-# column; a metric's number stays twice its label's size.
+# column; a metric's number (a markdown paragraph too, so the paragraph rule would shrink it to body size) stays
+# twice its label's size.
 _PRESENTER_CSS = f"""
 <style>
 html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
@@ -72,7 +73,7 @@ html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
 [data-testid="stMetricLabel"] * {{ white-space: normal !important; overflow: visible !important;
   text-overflow: clip !important; overflow-wrap: anywhere; }}
 [data-testid="stMetricLabel"] p {{ font-size: 1rem; }}
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] * {{ font-size: 2rem; }}
+[data-testid="stMetricValue"] p, [data-testid="stMetricValue"] div {{ font-size: 2rem; }}
 [data-testid="stMain"] input, [data-testid="stMain"] textarea {{ font-size: 1.15rem; }}
 [data-testid="stSidebar"] [data-testid="stPageLink"] p {{ font-size: 0.8rem; }}
 </style>

@@ -147,7 +147,8 @@ def history_tab(v: Any) -> None:
     idx = strip_indices(len(hist.steps), j)
     show_figure(history_strip(w[idx], [hist.steps[t] for t in idx], q_lab, k_lab, current=step, zmax=1.0,
                               colorscale=ctx.colorscale, template=ctx.template, offset=offset,
-                              title="The same map across training (one shared colour scale)"),
+                              title="The same map across training (one shared colour scale)",
+                              columns=3 if ctx.presenter else 6),
                 key="history_strip", filename=f"{stem}_strip")
     full = history_view(hist, i, v.kind, v.layer, v.head)[0]  # entropy of whole piece-level rows (sum to 1)
     ent = entropy(full).mean(axis=-1)

@@ -67,9 +67,9 @@ def sweep_figure(df, metric: str = "chrf_drop", *, colorscale: str = DIVERGING, 
     finite = np.concatenate([g[np.isfinite(g)] for g in grids]) if grids else np.zeros(1)
     centred = metric.endswith("_drop")
     n = len(kinds)
-    panel = 60 * L + 70  # pixels of one panel: 60 per layer row, the subplot title and the head labels
+    panel = 60 * L + 100  # pixels of one panel: 60 per layer row, the subplot title and the head labels
     height = int(panel * n + 60) if stacked else int(160 + 60 * L)
-    grid = dict(rows=n, cols=1, vertical_spacing=min(0.3, 90 / height)) if stacked else \
+    grid = dict(rows=n, cols=1, vertical_spacing=min(0.3, 120 / height)) if stacked else \
         dict(rows=1, cols=n, horizontal_spacing=0.04, shared_yaxes=True)
     fig = make_subplots(subplot_titles=[KIND_LABELS[k] for k in kinds], **grid)
     heads, layers = [str(h + 1) for h in range(H)], [str(lay + 1) for lay in range(L)]
@@ -111,8 +111,9 @@ def difference_heatmap(diff: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
     if d.ndim != 2 or d.shape != (len(q_labels), len(k_labels)):
         raise ValueError(f"map of shape {d.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
     vmax = zmax if zmax is not None else (float(np.abs(d).max()) if d.size and np.abs(d).max() > 0 else 1.0)
-    y = [plotly_safe(x) for x in unique_labels(q_labels)]
-    x = [plotly_safe(v) for v in unique_labels(k_labels)]
+    # labels already unique ("i:piece" from the page) are kept as they are, not prefixed a second time
+    y = [plotly_safe(v) for v in (q_labels if len(set(q_labels)) == len(q_labels) else unique_labels(q_labels))]
+    x = [plotly_safe(v) for v in (k_labels if len(set(k_labels)) == len(k_labels) else unique_labels(k_labels))]
     fig = go.Figure(go.Heatmap(
         z=d, x=x, y=y, zmin=-vmax, zmax=vmax, zmid=0.0, colorscale=DIVERGING,
         colorbar=dict(title=dict(text="ablated − intact"), thickness=14),

@@ -280,42 +280,48 @@ def head_stats_figure(stats, metric: str, *, colorscale: str = "Viridis", templa
 def small_multiples(maps: np.ndarray, panel_titles: Sequence[str], q_labels: Sequence[str], k_labels: Sequence[str],
                     *, hover_prefixes: Sequence[str], title: str = "", colorscale: str = "Viridis",
                     zmax: float | None = None, max_height: int = 420, colorbar_thickness: int = 12,
-                    template: str | None = None, tick_labels: bool = False) -> go.Figure:
-    """N small ``(Q, K)`` heatmaps in one row with one shared colour scale, labels on hover: one map over
-    training steps, or the rollout up to each layer. With ``tick_labels`` the panels also name their keys
-    (every panel, below it) and queries (the first panel, on its left), for grids of a few panels that have
-    the room; otherwise they carry no tick labels.
+                    template: str | None = None, tick_labels: bool = False, columns: int | None = None) -> go.Figure:
+    """N small ``(Q, K)`` heatmaps in rows of ``columns`` panels (default: all N in one row) with one shared colour
+    scale, labels on hover: one map over training steps, or the rollout up to each layer. With ``tick_labels`` the
+    panels also name their keys (every panel, below it) and queries (the first panel of each row, on its left),
+    for grids of a few panels that have the room; otherwise they carry no tick labels.
 
     Args:
         maps: ``(N, Q, K)`` weights.
-        panel_titles: N column titles.
+        panel_titles: N panel titles.
         q_labels, k_labels: Q / K labels (escaped for plotly here).
         hover_prefixes: N first hover lines (e.g. ``"step 500"``).
         zmax: top of the shared scale (default: the largest weight shown, 1 when all are 0).
-        max_height: the figure's height cap in pixels (the height follows the panels' aspect ratio).
+        max_height: the height cap in pixels of one row of panels (the height follows the panels' aspect ratio).
+        columns: panels per row: fewer, wider panels (large type, long panel titles) in more rows.
     """
     w = np.asarray(maps, dtype=float)
     n, q, k = w.shape
-    fig = make_subplots(rows=1, cols=max(n, 1), horizontal_spacing=0.015, column_titles=list(panel_titles) or None)
+    cols = max(1, min(n, columns or n))
+    rows = -(-max(n, 1) // cols)
+    # with tick labels the panels keep their height and each row grows by the labels' room (~6 px a character)
+    room = 6 * max((len(str(t)) for t in [*q_labels, *k_labels]), default=0) + 20 if tick_labels else 0
+    panel = int(min(max_height, max(max_height // 2, 80 + 2.2 * max_height / cols * q / max(k, 1)))) - 80
+    gap = 50 + room  # between rows: the row's key labels and the next row's panel titles
+    height = 80 + rows * panel + (rows - 1) * gap + room
+    fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.015,
+                        vertical_spacing=gap / height if rows > 1 else 0.0, subplot_titles=list(panel_titles) or None)
     y, x = [plotly_safe(t) for t in q_labels], [plotly_safe(t) for t in k_labels]
     for i in range(n):
         fig.add_trace(go.Heatmap(z=w[i], x=x, y=y, coloraxis="coloraxis",
                                  hovertemplate=f"{plotly_safe(hover_prefixes[i])}<br>query %{{y}}<br>key %{{x}}<br>"
-                                               "weight %{z:.3f}<extra></extra>"), row=1, col=i + 1)
+                                               "weight %{z:.3f}<extra></extra>"), row=i // cols + 1, col=i % cols + 1)
     vmax = zmax if zmax is not None else (float(w.max()) if w.size and w.max() > 0 else 1.0)
     fig.update_xaxes(showticklabels=tick_labels, type="category", tickangle=-60 if tick_labels else None,
                      automargin=True)
     fig.update_yaxes(showticklabels=False, type="category", autorange="reversed", automargin=True)
     if tick_labels:
-        fig.update_yaxes(showticklabels=True, row=1, col=1)
-    # with tick labels the panels keep their height and the figure grows by the labels' room (~6 px a character)
-    room = 6 * max((len(str(t)) for t in [*q_labels, *k_labels]), default=0) + 20 if tick_labels else 0
+        fig.update_yaxes(showticklabels=True, col=1)
     fig.update_layout(
         coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=vmax,
                        colorbar=dict(title=dict(text="weight"), thickness=colorbar_thickness)),
         title=dict(text=title) if title else None,
-        height=int(min(max_height, max(max_height // 2, 80 + 2.2 * max_height / max(n, 1) * q / max(k, 1)))) + room,
-        margin=dict(l=10, r=40, t=80 if title else 40, b=10),
+        height=height, margin=dict(l=10, r=40, t=80 if title else 40, b=10),
     )
     use_template(fig, template)
     return fig

@@ -25,8 +25,10 @@ def history_strip(
     zmax: float | None = None,
     template: str | None = None,
     offset: int = 0,
+    columns: int | None = None,
 ) -> go.Figure:
-    """One map at several training steps, side by side (small multiples with one shared colour scale).
+    """One map at several training steps, side by side (small multiples with one shared colour scale; rows of
+    ``columns`` panels when given, so that the step titles have room).
 
     Args:
         weights: ``(N, Q, K)`` weights, one map per step.
@@ -50,7 +52,8 @@ def history_strip(
     names = [f"step {int(s) + offset:,}" + (" (parent)" if offset and int(s) == 0 else "") for s in steps]
     titles = [("▶ " if current is not None and int(s) == int(current) else "") + n for s, n in zip(steps, names)]
     return small_multiples(w, titles, q_labels, k_labels, hover_prefixes=names,
-                           title=title, colorscale=colorscale, zmax=zmax, max_height=420, template=template)
+                           title=title, colorscale=colorscale, zmax=zmax, max_height=420, template=template,
+                           columns=columns)
 
 
 def history_curve(

@@ -259,7 +259,9 @@ def future_mass_figure(future_mass: np.ndarray, labels: Sequence[str], *, colors
                                hovertemplate="%{y}<br>query %{x}<br>mass on future keys %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category", title="layer · head (from 1)")
     fig.update_xaxes(type="category", title="query (decoder input)")
-    return _style(fig, presenter, "Without the mask: attention mass on future tokens (with it: exactly 0)", max(360, 18 * L * H + 120))
+    row = 26 if presenter else 18  # pixels per (layer, head) row: every row label drawn in either type size
+    return _style(fig, presenter, "Without the mask: attention mass on future tokens (with it: exactly 0)",
+                  max(360, row * L * H + 120))
 
 
 def leak_predictions_figure(p_masked: np.ndarray, p_unmasked: np.ndarray, labels: Sequence[str], *, presenter: bool = False) -> go.Figure:
@@ -323,8 +325,9 @@ def matrix_figure(z: np.ndarray, *, title: str, row_labels: Sequence[str] | None
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category", side="top")
     fig = _style(fig, presenter, title, 60 * z.shape[0] + 160)
-    # the column labels sit on top: the title pushes the top margin above them instead of printing over them
-    fig.update_layout(title=dict(yref="paper", y=1, yanchor="bottom", automargin=True, pad=dict(b=8)))
+    # the column labels sit on top: the title goes to the figure's top edge and the margin holds both
+    fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=8)),
+                      margin=dict(t=105 if presenter else 80))
     return fig
 
 

@@ -26,8 +26,10 @@ def rollout_layers(
     colorscale: str = "Viridis",
     highlight: int | None = None,
     template: str | None = None,
+    columns: int | None = None,
 ) -> go.Figure:
-    """The rollout up to each layer as one row of small heatmaps with a shared colour scale.
+    """The rollout up to each layer as small heatmaps with a shared colour scale, in one row (or rows of
+    ``columns`` panels: one per row in presenter mode, where large labels leave side-by-side panels too narrow).
 
     Args:
         stack: ``(L, Q, K)`` rollout of one sentence (:func:`aiayn.analysis.rollout` at batch item 0),
@@ -52,4 +54,4 @@ def rollout_layers(
     return small_multiples(w, titles, distinct(q_labels), distinct(k_labels),
                            hover_prefixes=[f"up to layer {l + 1}" for l in range(L)], title=title,
                            colorscale=colorscale, max_height=520, colorbar_thickness=14, template=template,
-                           tick_labels=True)
+                           tick_labels=True, columns=columns)
