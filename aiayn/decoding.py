@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from .model.maps import AttentionMaps
-from .model.transformer import EncoderOutput, Transformer
+from .model.transformer import DecoderCache, EncoderOutput, Transformer
 
 
 @dataclass
@@ -234,6 +234,124 @@ def greedy_decode(
     return hyps
 
 
+class EndedHypothesis(NamedTuple):
+    """A hypothesis that left the beam (kept until the sentence is done, then ranked by ``score``).
+
+    Attributes:
+        score: ``log_prob / lp(len(tokens))``, what the n-best list is sorted by.
+        log_prob: ``log P(Y | X)``, natural log.
+        tokens: predicted ids, without the start piece.
+        finished: it ended with EOS (False: cut at the maximum length).
+        step: the decoding step of its last prediction; row: its row at that step (to stitch its attention).
+    """
+
+    score: float
+    log_prob: float
+    tokens: list[int]
+    finished: bool
+    step: int
+    row: int
+
+
+@dataclass
+class _Beams:
+    """The rows still decoding: ``active[i]`` (a sentence) owns rows ``i*K .. i*K + K - 1``; a sentence that is done
+    leaves (its rows are dropped), so a batch stops paying for sentences that are done."""
+
+    active: list[int]
+    scores: Tensor  # (A, K) float64 on the CPU: log-probabilities of the live rows
+    history: list[list[int]]  # per row: the ids predicted so far
+    tokens: Tensor  # (A * K, t + 1) int64 on the device: the decoder input so far
+    enc: EncoderOutput
+    cache: DecoderCache | None
+
+
+@dataclass
+class _Choice:
+    """What each row of the next step continues: ``rows`` (N,) the row of this step it came from, ``tok`` (N,) its
+    new id, ``scores`` (A, K) and ``history`` as in :class:`_Beams`."""
+
+    rows: Tensor
+    tok: Tensor
+    scores: Tensor
+    history: list[list[int]]
+
+
+def _expand_sentence(i: int, top_scores: Tensor, top_idx: Tensor, V: int, K: int, t: int, last: bool, alpha: float,
+                     eos: int, history: list[list[int]], choice: _Choice, ended: list[EndedHypothesis]) -> int:
+    """Walk sentence ``i``'s best candidates (``top_scores`` / ``top_idx`` ``(A, 2K)``, best first): an EOS among the
+    top K ends a hypothesis (as in fairseq), at the last step every candidate ends, the others fill the next step's
+    ``K`` rows of ``choice``. Returns how many rows stay alive."""
+    alive = 0
+    for rank in range(top_idx.size(1)):
+        s = float(top_scores[i, rank])
+        if s == float("-inf"):
+            break
+        k, w = divmod(int(top_idx[i, rank]), V)
+        row = i * K + k
+        toks = history[row] + [w]
+        if w == eos:
+            if rank < K:
+                ended.append(EndedHypothesis(s / length_penalty(len(toks), alpha), s, toks, True, t, row))
+            continue
+        if last:
+            ended.append(EndedHypothesis(s / length_penalty(len(toks), alpha), s, toks, False, t, row))
+            if sum(not e.finished for e in ended) >= K:
+                break
+            continue
+        j = i * K + alive
+        choice.rows[j], choice.tok[j], choice.scores[i, alive], choice.history[j] = row, w, s, toks
+        alive += 1
+        if alive == K:
+            break
+    return alive
+
+
+def _choose(beams: _Beams, logp: Tensor, t: int, limits: list[int], alpha: float, eos: int,
+            ended: list[list[EndedHypothesis]], done: list[bool]) -> _Choice:
+    """One step of beam search over ``logp`` ``(A * K, V)``: the ``2K`` best continuations per sentence, ended
+    hypotheses moved to ``ended``, sentences that are done marked in ``done``."""
+    A, K = beams.scores.shape
+    V, N = logp.size(-1), A * K
+    cand = (beams.scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(A, K, V)).view(A, K * V)
+    top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)
+    top_scores, top_idx = top_scores.double().cpu(), top_idx.cpu()
+    choice = _Choice(torch.arange(N), torch.full((N,), eos, dtype=torch.long),
+                     torch.full((A, K), float("-inf"), dtype=torch.float64), list(beams.history))
+    for i, b in enumerate(beams.active):
+        last = t + 1 >= limits[b]
+        alive = _expand_sentence(i, top_scores, top_idx, V, K, t, last, alpha, eos, beams.history, choice, ended[b])
+        if len(ended[b]) >= K or last or alive == 0:
+            done[b] = True
+    return choice
+
+
+def _advance(beams: _Beams, choice: _Choice, done: list[bool], cache: DecoderCache | None,
+             trace: _AttentionTrace | None) -> bool:
+    """Move ``beams`` to the next step as ``choice`` says, dropping the rows of sentences that are done; ``cache``
+    is the step's updated key/value cache (None without one). False when every sentence is done."""
+    K = beams.scores.size(1)
+    keep = [i for i, b in enumerate(beams.active) if not done[b]]
+    if not keep:
+        return False
+    compact = len(keep) < len(beams.active)
+    if compact:
+        rows = torch.tensor([i * K + k for i in keep for k in range(K)])
+        choice = _Choice(choice.rows[rows], choice.tok[rows], choice.scores[keep],
+                         [choice.history[j] for j in rows.tolist()])
+        beams.active = [beams.active[i] for i in keep]
+    if trace is not None:
+        trace.origins.append(choice.rows.clone())  # row of step t that each row of step t + 1 came from
+    beams.history, beams.scores = choice.history, choice.scores
+    idx = choice.rows.to(beams.tokens.device)
+    beams.tokens = torch.cat([beams.tokens.index_select(0, idx), choice.tok.to(idx.device)[:, None]], dim=1)
+    if compact:
+        beams.enc = beams.enc.index_select(idx)
+    if cache is not None:
+        beams.cache = cache.index_select(idx, cross=compact)
+    return True
+
+
 @torch.inference_mode()
 def beam_search(
     model: Transformer,
@@ -266,99 +384,39 @@ def beam_search(
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
 
     Raises:
-        ValueError: ``beam_size < 1``, ``n_best`` outside ``[1, beam_size]`` or a bad ``head_mask``.
+        ValueError: a bad beam option (:func:`check_beam_options`), ``n_best`` above ``beam_size``, a bad ``head_mask``.
     """
     check_beam_options(beam_size=beam_size, length_penalty=length_penalty_alpha, max_len=max_len, n_best=n_best)
     if n_best > beam_size:
         raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
     cfg = model.cfg
     B, K = src.size(0), beam_size
-    device = src.device
     head_mask = model.check_head_mask(head_mask)
     enc0 = model.encode(src, need_weights=return_attention, head_mask=head_mask)
-    expand = torch.arange(B, device=device).repeat_interleave(K)
-    enc = EncoderOutput(enc0.memory, enc0.src_mask).index_select(expand)  # the maps stay on enc0, for stitching
-    limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
-    tokens = torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=device)
+    enc = EncoderOutput(enc0.memory, enc0.src_mask).index_select(torch.arange(B, device=src.device).repeat_interleave(K))
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
     scores[:, 0] = 0.0  # all K rows start identical: expand only the first
-    cache = model.init_cache(enc) if use_cache else None
-    trace = _AttentionTrace() if return_attention else None
-    # finished[b]: list of (score, log_prob, tokens, finished, step, row)
-    finished: list[list[tuple]] = [[] for _ in range(B)]
+    beams = _Beams(list(range(B)), scores, [[] for _ in range(B * K)],
+                   torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device), enc,
+                   model.init_cache(enc) if use_cache else None)
+    limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
+    trace = _AttentionTrace() if return_attention else None  # the maps stay on enc0, for stitching
+    ended: list[list[EndedHypothesis]] = [[] for _ in range(B)]
     done = [False] * B
-    # Sentences still decoding, in row order: active[i] owns rows i*K .. i*K + K - 1 of this step. A finished
-    # sentence leaves the batch (its rows are dropped), so a batch stops paying for sentences that are done.
-    active = list(range(B))
-    history: list[list[int]] = [[] for _ in range(B * K)]
     for t in range(max(limits)):
-        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
+        logp, out = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention, head_mask)
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
-        A, V = len(active), logp.size(-1)
-        N = A * K
-        cand = (scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(A, K, V)).view(A, K * V)
-        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)
-        top_scores = top_scores.double().cpu()
-        top_idx = top_idx.cpu()
-        new_rows = torch.arange(N)
-        new_tok = torch.full((N,), cfg.eos_id, dtype=torch.long)
-        new_scores = torch.full((A, K), float("-inf"), dtype=torch.float64)
-        new_history: list[list[int]] = [h for h in history]
-        for i, b in enumerate(active):
-            last = t + 1 >= limits[b]
-            alive = 0
-            for rank in range(top_idx.size(1)):
-                s = float(top_scores[i, rank])
-                if s == float("-inf"):
-                    break
-                k, w = divmod(int(top_idx[i, rank]), V)
-                row = i * K + k
-                toks = history[row] + [w]
-                if w == cfg.eos_id:
-                    if rank < K:  # as in fairseq: only EOS among the top K candidates ends a hypothesis
-                        finished[b].append((s / length_penalty(len(toks), length_penalty_alpha), s, toks, True, t, row))
-                    continue
-                if last:
-                    finished[b].append((s / length_penalty(len(toks), length_penalty_alpha), s, toks, False, t, row))
-                    if len([f for f in finished[b] if not f[3]]) >= K:
-                        break
-                    continue
-                j = i * K + alive
-                new_rows[j] = row
-                new_tok[j] = w
-                new_scores[i, alive] = s
-                new_history[j] = toks
-                alive += 1
-                if alive == K:
-                    break
-            if len(finished[b]) >= K or last or alive == 0:
-                done[b] = True
-        keep = [i for i, b in enumerate(active) if not done[b]]
-        if not keep:
+        choice = _choose(beams, logp, t, limits, length_penalty_alpha, cfg.eos_id, ended, done)
+        if not _advance(beams, choice, done, out.cache if use_cache else None, trace):
             break
-        compact = len(keep) < A
-        if compact:  # drop the rows of the sentences that are done
-            rows = torch.tensor([i * K + k for i in keep for k in range(K)])
-            new_rows, new_tok, new_scores = new_rows[rows], new_tok[rows], new_scores[keep]
-            new_history = [new_history[j] for j in rows.tolist()]
-            active = [active[i] for i in keep]
-        if trace is not None:
-            trace.origins.append(new_rows.clone())  # row of step t that each row of step t + 1 came from
-        history = new_history
-        scores = new_scores
-        idx = new_rows.to(device)
-        tokens = torch.cat([tokens.index_select(0, idx), new_tok.to(device)[:, None]], dim=1)
-        if compact:
-            enc = enc.index_select(idx)
-        if use_cache:
-            cache = out.cache.index_select(idx, cross=compact)
-    results: list[list[Hypothesis]] = []
-    for b in range(B):
-        ranked = sorted(finished[b], key=lambda f: -f[0])[:n_best]
-        hyps = []
-        for sc, lp, toks, fin, step, row in ranked:
-            att = trace.stitch(step, row, enc0, b) if trace is not None else None
-            hyps.append(Hypothesis(toks, lp, sc, fin, att))
-        results.append(hyps)
-    return results
+    return [_n_best(ended[b], n_best, trace, enc0, b) for b in range(B)]
+
+
+def _n_best(ended: list[EndedHypothesis], n_best: int, trace: _AttentionTrace | None, enc0: EncoderOutput,
+            sentence: int) -> list[Hypothesis]:
+    """The ``n_best`` highest-scoring ended hypotheses of ``sentence`` as :class:`Hypothesis`, with their stitched
+    maps when traced."""
+    ranked = sorted(ended, key=lambda e: -e.score)[:n_best]
+    return [Hypothesis(e.tokens, e.log_prob, e.score, e.finished,
+                       trace.stitch(e.step, e.row, enc0, sentence) if trace is not None else None) for e in ranked]

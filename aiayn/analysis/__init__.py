@@ -26,7 +26,7 @@ Entropies are in **bits**. Layers and heads count from 0 in arrays and from 1 in
 from __future__ import annotations
 
 from .compare import ALIGN_BY, COMPARE_KINDS, AlignedMaps, align_maps
-from .explain import explain, explain_batch, forced_probs, forced_probs_batch
+from .explain import explain, explain_batch, forced_probs_batch
 from .flow import ROLLOUT_KINDS, rollout, rollout_dict, rollout_frame
 from .pieces import (
     BOS_PIECES, EOS_PIECES, SPECIAL_PIECES, WORD_START, is_punctuation, is_special, join_pieces, merge_words,
@@ -39,7 +39,7 @@ from .views import kind_labels, kind_stack, pieces_view, query_labels, view_stac
 
 __all__ = [
     "BOS_PIECES", "EOS_PIECES", "MAX_CHARS", "SPECIAL_PIECES", "WORD_START", "check_text", "entropy", "explain",
-    "explain_batch", "forced_probs", "forced_probs_batch", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
+    "explain_batch", "forced_probs_batch", "head_stats", "is_special", "join_pieces", "kind_labels", "kind_stack", "merge_words",
     "query_labels", "top_k", "unique_labels", "view_stack", "word_groups",
     "is_punctuation", "pieces_view", "words_text",
     "split_sentences", "unseen_script_share", "LANGUAGE_NAMES", "language_evidence", "likely_language",

@@ -23,26 +23,17 @@ if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
     from ..translator import Translator
 
 
-def forced_probs(tr: "Translator", src_ids: Sequence[int], output_ids: Sequence[int], *,
-                 head_mask: Any = None) -> np.ndarray:
-    """Next-piece probabilities ``(T, V)`` float32 when the decoder is fed the start piece + ``output_ids[:-1]``.
-
-    Row i is the model's distribution (softmax of the output layer, Section 3.4) for the piece at position
-    i. Because the decoder is causally masked (Section 3.2.3), feeding the model's own output reproduces the
-    distribution of every decoding step; ids are fed directly, so no re-tokenisation can change the pieces.
-    ``src_ids`` (S,) end with ``</s>``; ``output_ids`` (T,) are the predicted ids. ``head_mask``: the
-    ``(3, L, H)`` head ablation mask of :meth:`~aiayn.translator.Translator.translate`, or None.
-    """
-    return forced_probs_batch(tr, [src_ids], [output_ids], head_mask=head_mask)[0]
-
-
 def forced_probs_batch(tr: "Translator", src_ids: Sequence[Sequence[int]], output_ids: Sequence[Sequence[int]], *,
                        head_mask: Any = None) -> list[np.ndarray]:
-    """:func:`forced_probs` of several sentences in one padded teacher-forced pass
-    (:func:`aiayn.calls.teacher_forced_ids`, with the Translator's precision): a list of ``(T_i, V)`` float32.
+    """Next-piece probabilities of several sentences when the decoder is fed the start piece + ``output_ids[i][:-1]``,
+    in one padded teacher-forced pass (:func:`aiayn.calls.teacher_forced_ids`, with the Translator's precision): a
+    list of ``(T_i, V)`` float32.
 
-    Row ``i`` of the result keeps only its ``T_i`` real positions. One sentence gives exactly :func:`forced_probs`;
-    in a batch the probabilities differ from a lone pass by float32 rounding only (other matrix shapes, padded keys).
+    Row t of item i is the model's distribution (softmax of the output layer, Section 3.4) for the piece at position
+    t. Because the decoder is causally masked (Section 3.2.3), feeding the model's own output reproduces the
+    distribution of every decoding step; ids are fed directly, so no re-tokenisation can change the pieces.
+    ``src_ids`` end with ``</s>``; ``head_mask``: the ``(3, L, H)`` head ablation mask, or None. In a batch the
+    probabilities differ from a lone pass by float32 rounding only (other matrix shapes, padded keys).
 
     Raises:
         ValueError: ``src_ids`` and ``output_ids`` differ in length, or an output is empty.
@@ -71,7 +62,7 @@ def explain(
 
     Free-running (``reference`` None): beam search (Section 6.1; beam size ``beam_size``, length penalty
     alpha ``length_penalty``), then a teacher-forced pass over the model's own output ids
-    (:func:`forced_probs`) for the next-piece probabilities at every step. Teacher-forced (``reference``
+    (:func:`forced_probs_batch`) for the next-piece probabilities at every step. Teacher-forced (``reference``
     given): :meth:`~aiayn.translator.Translator.force` feeds the reference to the decoder. ``head_mask``
     (``(3, L, H)``: encoder, decoder self, cross; 1 keeps a head, 0 removes its output, a float scales it;
     tensor, list, tuple or numpy array) ablates heads in every pass; the maps of a removed head are still
