@@ -69,6 +69,20 @@ def test_evaluate_bad_device_is_one_line_exit_2(tiny_checkpoints, tmp_path, caps
     assert len(lines) == 1 and lines[0].startswith("aiayn evaluate: ") and "unknown device 'banana'" in lines[0]
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--alpha", "-1", "--alpha must be a finite number >= 0"),
+    ("--beam-size", "0", "--beam-size must be >= 1"),
+    ("--max-len", "0", "--max-len must be >= 1"),
+])
+def test_evaluate_bad_decoding_values_are_one_line_exit_2(option, value, message, tiny_checkpoints, tmp_path, capsys):
+    """The same check as aiayn translate (one function, aiayn.decoding.beam_option_error)."""
+    (tmp_path / "test.tsv").write_text("de\ten\nHallo\tHello\n", encoding="utf-8")
+    code, lines = _run(["evaluate", "--checkpoint", str(tiny_checkpoints / "en-de"), "--data", str(tmp_path),
+                        option, value, "--no-progress"], capsys)
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(f"aiayn evaluate: {message}")
+
+
 def test_pick_device_checks_what_exists():
     assert pick_device("cpu") == torch.device("cpu")
     assert pick_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -212,12 +212,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_options(args: argparse.Namespace) -> Path:
     """The numeric options' ranges and the data directory; returns the data directory. Raises _Refused."""
-    if args.beam_size < 1:
-        raise _Refused(f"--beam-size must be >= 1, got {args.beam_size}")
+    from ..decoding import beam_option_error  # imports torch: only when the command runs
+
+    bad = beam_option_error(beam_size=args.beam_size, length_penalty=args.alpha, max_len=args.max_len, cli=True)
+    if bad:
+        raise _Refused(bad)
     if args.batch_size < 1:
         raise _Refused(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_len is not None and args.max_len < 1:
-        raise _Refused(f"--max-len must be >= 1, got {args.max_len}")
     if args.limit is not None and args.limit < 1:
         raise _Refused(f"--limit must be >= 1, got {args.limit}")
     data_dir = Path(args.data).expanduser()
