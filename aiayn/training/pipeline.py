@@ -1,7 +1,7 @@
 """The training data pipeline (Section 5.1): read a prepared split, optionally repeat full-sentence pairs,
 encode to SentencePiece ids, group the token-count batches of an epoch into optimizer steps (gradient
 accumulation, one disjoint share per DDP rank) and collate a batch into padded ``(B, S)`` / ``(B, T)`` id
-tensors with the decoder input shifted right (BOS + y[:-1]).
+tensors with the decoder input shifted right (``cfg.decoder_start_id`` + y[:-1]).
 """
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def collate(idx: Sequence[int], src_ids: Sequence[Sequence[int]], tgt_ids: Seque
 
     Returns:
         ``(src (B, S), decoder input (B, T), target (B, T))`` with B = ``len(idx)``, S and T the longest
-        source and target; the decoder input is ``BOS + y[:-1]`` (the target shifted right, Section 3.1),
+        source and target; the decoder input is ``cfg.decoder_start_id + y[:-1]`` (the target shifted right,
+        Section 3.1; the numpy twin of :func:`aiayn.calls.shift_right`),
         the target is ``y``; both padded with ``cfg.pad_id``.
     """
     src = pad_ids([src_ids[i] for i in idx], cfg.pad_id)
