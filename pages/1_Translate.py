@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app.pickers import head_picker, layer_picker
 from aiayn.app.state import seed_form, write_view
 from aiayn.analysis import kind_stack, query_labels, split_sentences, unique_labels, unseen_script_share
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
@@ -173,19 +174,11 @@ with right:
 st.markdown("#### Alignment: encoder-decoder attention")
 st.caption("Each row is an output piece (what the decoder was fed → what it predicted); each column a source "
            "piece. A bright cell means that output position looked at that source piece.")
-L, H = cfg.n_layers, cfg.n_heads
-layer_opts = [str(i) for i in range(1, L + 1)]
-head_opts = ["mean"] + [str(i) for i in range(1, H + 1)]
-ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
-ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
 a1, a2 = st.columns([1, 4])
-layer = a1.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-head = a2.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
-layer = layer if layer in layer_opts else layer_opts[-1]
-head = head if head in head_opts else "mean"
-cross = kind_stack(result.attention, "cross")[int(layer) - 1]
-w = cross.mean(axis=0) if head == "mean" else cross[int(head) - 1]
-what = "mean over heads" if head == "mean" else f"head {head}"
+layer, head = layer_picker(a1, cfg.n_layers), head_picker(a2, cfg.n_heads)
+cross = kind_stack(result.attention, "cross")[layer - 1]
+w = cross.mean(axis=0) if head is None else cross[head - 1]
+what = "mean over heads" if head is None else f"head {head}"
 fig = attention_heatmap(
     w, query_labels(result.decoder_input_tokens, result.output_tokens), unique_labels(result.src_tokens),
     title=f"Cross-attention, layer {layer}, {what}", colorscale=ctx.colorscale,
@@ -195,6 +188,6 @@ ui.show_figure(fig, key="alignment", filename=f"alignment_{ctx.direction}_L{laye
 ui.download_buttons(lambda: result.attention.to_dataframe(kinds=["cross"]), lambda: result.attention.to_json(),
                     f"attention_{ctx.direction}" + (f"_sentence{pick}" if n > 1 else ""), key="tr-dl")
 
-explorer_params = ui.nav_query_params(text=result.source, kind="cross", layer=layer, head=head)
+explorer_params = ui.nav_query_params(text=result.source, kind="cross", layer=layer, head=head or "mean")
 ui.page_link("pages/2_Attention_Explorer.py", label="Open this sentence in the attention explorer",
              icon=":material/search:", query_params=explorer_params)

@@ -10,6 +10,7 @@ import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import 
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app.pickers import head_picker, kind_picker, layer_picker
 from aiayn.app.state import reference_follows, remember_form, seed_form, write_view
 from aiayn.app.explorer import (
     TAB_LABELS,
@@ -26,7 +27,6 @@ from aiayn.app.history import history_tab
 from aiayn.examples import EXAMPLES
 from aiayn.model.maps import KIND_TITLES
 
-from aiayn.model.config import KINDS
 #: what the rows and columns of a map of each kind are (the caption under the tabs)
 KIND_READS = {"encoder": "each source piece (row, query) attends to every source piece (column, key).",
               "decoder": "each decoder position (row, query) attends to itself and the positions before it (columns, "
@@ -98,6 +98,7 @@ remember_form("ex_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)
 ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
+ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
 reference = None
 if mode == "forced":
     reference = ui.optional_reference(ref)
@@ -136,11 +137,6 @@ def view(result) -> None:
     for key in ("step", "stat_metric", "tsent", "tstep"):
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
-    layer_opts = [str(i) for i in range(1, L + 1)]
-    head_opts = ["mean"] + [str(i) for i in range(1, H + 1)]
-    ui.warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
-    ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
-    ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
     for flag in ("words", "nospecial", "values"):
         ui.warn_bad_param(flag, ("true", "false", "True", "False", "1", "0"), f"{flag} must be true or false")
     presenter_layout(ctx.presenter)
@@ -148,14 +144,7 @@ def view(result) -> None:
         (c1, c2, c4), c3 = st.columns([4, 1.5, 2], vertical_alignment="bottom"), st.container()
     else:
         c1, c2, c3, c4 = st.columns([3, 1.3, 5, 1.7], vertical_alignment="bottom")
-    kind = c1.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
-                                help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
-                                     "cross = encoder-decoder attention (Section 3.2.3)")
-    layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-    head = c3.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
-    kind = kind if kind in KINDS else "cross"
-    layer = layer if layer in layer_opts else layer_opts[-1]
-    head = head if head in head_opts else "mean"
+    kind, layer, head = kind_picker(c1), layer_picker(c2, L), head_picker(c3, H)
     with c4.popover("Options", icon=":material/tune:", width="stretch"):  # the less used toggles
         words = st.toggle("Merge into words", key="words", bind="query-params",
                           help="Attention to a word = sum over its pieces; from a word = mean over its pieces. "
@@ -164,7 +153,7 @@ def view(result) -> None:
                          help="Leave out the special tokens (rows are not renormalised).")
         values = st.toggle("Write weights in cells", key="values", bind="query-params")
 
-    v = ExplorerView(ctx, result, kind, int(layer), None if head == "mean" else int(head), words=words,
+    v = ExplorerView(ctx, result, kind, layer, head, words=words,
                      hide_special=hide, values=values)
     stack, q_lab, k_lab = v.stack()
 

@@ -13,11 +13,12 @@ import numpy as np
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app.pickers import head_picker, kind_picker, layer_picker
+from aiayn.app.state import seed_form, write_view
 from aiayn.analysis import align_maps
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.figures.compare import difference_heatmap
 
-from aiayn.model.config import KINDS
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "masked decoder self-attention",
               "cross": "encoder-decoder (cross) attention"}
 MODES = ["free", "forced"]
@@ -33,20 +34,26 @@ tr = ctx.translator
 L, H = tr.cfg.n_layers, tr.cfg.n_heads
 defaults = DEFAULTS[ctx.direction]
 
-# -- the two sentences: the form keeps its values across pages (persist_state="session"); the URL seeds it on the
-# first visit and whenever it carries an `a` or `b` this page did not write itself (a link, the back button) --------
-url = (st.query_params.get("a"), st.query_params.get("b"))
-old_defaults = {x for pairs in DEFAULTS.values() for pair in pairs for x in pair}
-external = url != (None, None) and url != st.session_state.get("cmp_url")
-for (text_key, ref_key, url_text, url_ref), (d_text, d_ref) in zip(
-        (("cmp_a", "cmp_ra", "a", "ra"), ("cmp_b", "cmp_rb", "b", "rb")), defaults):
-    given = st.query_params.get(url_text)
-    if text_key not in st.session_state or (external and given is not None):
-        st.session_state[text_key] = d_text if given is None else given
-        st.session_state[ref_key] = st.query_params.get(url_ref, d_ref if st.session_state[text_key] == d_text else "")
-    elif st.session_state.get("cmp_dir") not in (None, ctx.direction) and st.session_state[text_key] in old_defaults:
-        st.session_state[text_key], st.session_state[ref_key] = d_text, d_ref  # the other language's defaults
-st.session_state.cmp_dir = ctx.direction
+# -- the two sentences: kept in the session across pages (persist_state="session"), seeded from the URL on the first
+# visit and when the URL holds another view (a link, Back / Forward; see aiayn.app.state) --------------------------
+PAGE = "pages/9_Compare_Sentences.py"
+FORM = (("cmp_a", "cmp_ra", "a", "ra"), ("cmp_b", "cmp_rb", "b", "rb"))
+
+
+def _from_url() -> dict:
+    values = {}
+    for (text_key, ref_key, text_param, ref_param), (d_text, d_ref) in zip(FORM, defaults):
+        values[text_key] = st.query_params.get(text_param, d_text)
+        values[ref_key] = st.query_params.get(ref_param, d_ref if values[text_key] == d_text else "")
+    return values
+
+
+def _for_direction(old: str) -> dict:  # a default sentence becomes the other language's default
+    return {k: v for (text_key, ref_key, _, _), (d_text, d_ref), (o_text, _) in zip(FORM, defaults, DEFAULTS[old])
+            if st.session_state.get(text_key) == o_text for k, v in ((text_key, d_text), (ref_key, d_ref))}
+
+
+seed_form(PAGE, ("a", "b", "ra", "rb"), ctx.direction, from_url=_from_url, for_direction=_for_direction)
 
 ui.warn_bad_param("mode", MODES, "the mode must be free or forced")
 mode = st.radio("Decoder input", MODES, key="mode", bind="query-params", horizontal=True,
@@ -67,14 +74,13 @@ with st.form("compare", enter_to_submit=True, border=True):
                              placeholder="Used only when the decoder input is 'forced'")
     st.form_submit_button("Compare", type="primary")
 
-# keep both sentences (and the references, when used) in the URL: a link restores the comparison
-for name, value, used in (("a", text_a, True), ("b", text_b, True), ("ra", ref_a, mode == "forced"),
-                          ("rb", ref_b, mode == "forced")):
-    if used and value:
-        st.query_params[name] = value
-    else:
-        st.query_params.pop(name, None)
-st.session_state.cmp_url = (st.query_params.get("a"), st.query_params.get("b"))  # what this page wrote (see above)
+# keep both sentences (and the references, in teacher-forced mode) in the URL, defaults left out: a link restores
+# the comparison
+view = {}
+for (_, _, text_param, ref_param), text, ref, (d_text, d_ref) in zip(FORM, (text_a, text_b), (ref_a, ref_b), defaults):
+    view[text_param] = None if text == d_text else text
+    view[ref_param] = ref if mode == "forced" and ref != (d_ref if text == d_text else "") else None
+write_view(PAGE, view)
 
 
 def run_sentence(name: str, text: str, ref: str):
@@ -111,28 +117,16 @@ for col, name, res in ((out_a, "A", result_a), (out_b, "B", result_b)):
 def view(result_a, result_b) -> None:
     """Alignment, kind, layer, head and cell values (all in the URL); the two aligned maps, their difference and
     the downloads. ``result_a``, ``result_b``: :func:`aiayn.app.explain_sentence` of the two sentences."""
-    layer_opts = [str(i) for i in range(1, L + 1)]
-    head_opts = ["mean"] + [str(i) for i in range(1, H + 1)]
     ui.warn_bad_param("by", BY, "the alignment must be pieces or position")
-    ui.warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
-    ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
-    ui.warn_bad_param("head", head_opts, f"the head must be 1 to {H} or mean")
     ui.warn_bad_param("values", ui.is_bool, "values must be true or false")
     c1, c2, c3 = st.columns([2, 3, 1], vertical_alignment="bottom")
     by = c1.segmented_control("Align", BY, default="pieces", key="by", bind="query-params", required=True,
                               help="pieces: match equal pieces along a longest common subsequence (a changed word "
                                    "gets a row/column of its own, blank in the other sentence); position: row i "
                                    "against row i, the shorter sentence padded with blank rows (never cut).")
-    kind = c2.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
-                                help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
-                                     "cross = encoder-decoder attention (Section 3.2.3)")
-    layer = c3.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-    head = st.segmented_control("Head", head_opts, default="mean", key="head", bind="query-params", required=True)
+    kind, layer, head = kind_picker(c2), layer_picker(c3, L), head_picker(st, H)
     values = st.toggle("Write values in cells", key="values", bind="query-params")
     by = by if by in BY else "pieces"
-    kind = kind if kind in KINDS else "cross"
-    layer = int(layer) if layer in layer_opts else L
-    head = None if head not in head_opts or head == "mean" else int(head)
 
     aligned = align_maps(result_a.attention, result_b.attention, kind, by=by)
     wa, wb, diff = aligned.pick(layer - 1, None if head is None else head - 1)

@@ -34,7 +34,8 @@ def test_default_view_shows_both_translations_maps_and_difference(checkpoints, t
     at = run()
     assert not at.exception, at.exception
     assert at.text_input(key="cmp_a").value == A and at.text_input(key="cmp_b").value == B
-    assert at.query_params["a"] == A and at.query_params["b"] == B
+    # the default pair is left out of the URL: a link without ``a`` and ``b`` is this view
+    assert "a" not in at.query_params and "b" not in at.query_params, at.query_params
     shown = " ".join(m.value for m in at.markdown)
     assert f"**A, model output:** {ta.text or '∅'}" in shown and f"**B, model output:** {tb.text or '∅'}" in shown
     c = charts(at)
@@ -106,7 +107,15 @@ def test_teacher_forced_uses_each_reference(checkpoints, translator):
     assert za.shape == (T, T)
     assert np.allclose(present(za), fa.attention.decoder[-1, 0].mean(0).numpy(), atol=1e-5)
     assert np.allclose(present(zb), fb.attention.decoder[-1, 0].mean(0).numpy(), atol=1e-5)
-    assert at.query_params["ra"] == ra and at.query_params["rb"] == rb
+    assert "ra" not in at.query_params and "rb" not in at.query_params  # each the default pair's reference
+
+
+def test_the_url_keeps_what_differs_from_the_defaults(checkpoints):
+    at = run({"mode": "forced", "a": "I have no car.", "ra": "Ich habe kein Auto."})
+    assert not at.exception, at.exception
+    assert at.text_input(key="cmp_a").value == "I have no car." and at.text_input(key="cmp_ra").value == "Ich habe kein Auto."
+    assert at.query_params["a"] == "I have no car." and at.query_params["ra"] == "Ich habe kein Auto."
+    assert "b" not in at.query_params and "rb" not in at.query_params  # B is the default pair
 
 
 def test_widgets_change_the_view(checkpoints, translator):

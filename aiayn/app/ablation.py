@@ -22,6 +22,7 @@ from .charts import chart_columns, show_figure
 from .downloads import download_buttons
 from .models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
 from .params import query_param, warn_bad_param
+from .pickers import head_picker, kind_picker, layer_picker
 from .results import head_mask_key
 
 KIND_NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (masked)",
@@ -130,24 +131,15 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
     """Kind, layer and head pickers (in the URL), then intact vs ablated maps and their difference (every head
     of the kind, or one head), and the CSV/JSON downloads of both maps."""
     L, H = intact.n_layers, intact.n_heads
-    layer_opts, head_opts = [str(i) for i in range(1, L + 1)], ["all"] + [str(i) for i in range(1, H + 1)]
-    warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
-    warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
-    warn_bad_param("head", head_opts, f"the head must be 1 to {H} or all")
     # the head picker gets a row of its own: beside the others its H + 1 buttons overflowed in presenter mode
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-    kind = c1.segmented_control("Attention", list(KINDS), default="cross", key="kind", bind="query-params",
-                                required=True)
-    layer = c2.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-    head = st.segmented_control("Head", head_opts, default="all", key="head", bind="query-params", required=True)
-    kind = kind if kind in KINDS else "cross"
-    layer = int(layer) if layer in layer_opts else L
-    head = head if head in head_opts else "all"
+    kind, layer = kind_picker(c1, kinds=KINDS), layer_picker(c2, L)
+    head = head_picker(st, H, first="all")
     a, qa, ka = view_stack(intact, kind)
     b, _, _ = view_stack(ablated, kind)
     off_here = [(lay, h) for k, lay, h in off if k == kind]
     yt, xt = AXIS_TITLES[kind]
-    if head == "all":
+    if head is None:  # every head of the kind
         t1, t2, t3 = st.tabs(["Difference", "Intact", "Ablated"])
         with t1:
             show_figure(difference_grid(b - a, removed=off_here, template=ctx.template,
@@ -163,7 +155,7 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
             show_figure(mark_heads(fig, off_here), key="ab_ablated_grid",
                         filename=f"ablation_ablated_{kind}_{ctx.direction}")
     else:
-        h = int(head) - 1
+        h = head - 1
         status = " (switched off: what it would attend to)" if (layer - 1, h) in off_here else ""
         s1, s2, s3 = chart_columns(3, presenter=ctx.presenter)
         for col, w, name in ((s1, a, "intact"), (s2, b, "ablated" + status)):

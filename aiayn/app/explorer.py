@@ -49,7 +49,7 @@ def seed_tab(page: str, direction: str) -> None:
     another view than the page last wrote (a shared link, Back / Forward): the tab is part of the view's URL.
     Call before ``st.tabs(..., key="tab")``; an unknown value is reported and opens the first tab."""
     warn_bad_param("tab", list(TAB_LABELS), f"the tab must be one of {', '.join(TAB_LABELS)}")
-    seed_form(page, ("tab",), direction,
+    seed_form(page, ("tab",), direction, keys=("tab",),
               from_url=lambda: {"tab": TAB_LABELS.get(query_param("tab") or "head", TAB_LABELS["head"])})
 
 

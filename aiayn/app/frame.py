@@ -1,12 +1,13 @@
-"""The page frame: page config, title, the sidebar (navigation and the shared settings: translation
-direction, presenter mode, chart download format, all kept in the URL) and the :class:`PageContext` every
-page gets from :func:`setup_page`. Not a paper section: the app's layout job.
+"""The page frame: ``app.py`` runs :func:`run_app` on every page (Streamlit's multipage "picture frame"): page
+config, the sidebar (links to every page and the shared settings: translation direction, presenter mode, chart
+download format, bound to the URL) and then the page, which gets the :class:`PageContext` from
+:func:`setup_page`. Not a paper section: the app's layout job.
 
-Navigation uses the legacy auto-discovery of the ``pages/`` folder and a sidebar drawn here with
-``st.page_link``, not ``st.navigation``/``st.Page``: with a ``pages/`` folder beside the entry script,
-``st.navigation`` breaks deep links on a freshly started server (the first request to a sub-page runs
-without the entry script, or shows "Page not found"; streamlit issues #8860, #9992, #9624), and ``AppTest``
-does not reproduce that (a browser test against a fresh server does).
+Navigation is ``st.navigation`` with every page of :data:`PAGES` (position hidden; the sidebar links are drawn here
+with ``st.page_link``). With a ``pages/`` folder beside the entry script a freshly started server begins in
+Streamlit's legacy mode, where the first request to a sub-page runs that page without this frame (streamlit issues
+#8860, #9992, #9624); such a run switches the mode off and reruns (:func:`_leave_pages_directory_mode`). ``AppTest``
+does not reproduce that case; ``tests/e2e/test_frame.py`` tests it against a fresh server.
 """
 from __future__ import annotations
 
@@ -79,6 +80,37 @@ html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
 </style>
 """
 
+
+#: Back after a page change must return to the view the user left. On a click on a link to another page, Streamlit's
+#: frontend (1.67) first drops the departing page's bound URL parameters and pushes that stripped URL as a history
+#: entry of the old page, then pushes the new page: Back landed on the old page without its view (the explorer's
+#: head 4 came back as "mean over heads"). This script, installed once per browser tab, skips a push to the page
+#: being left while a click on a link to another page is under way, so the old page's entry keeps its full URL.
+_KEEP_VIEW_ON_PAGE_CHANGE_JS = """
+<script>
+(() => {
+  const w = window.parent || window;
+  if (w.__aiaynKeepView) return;
+  w.__aiaynKeepView = true;
+  let leaving = null;  // {from: pathname, until: ms}
+  w.document.addEventListener("click", (e) => {
+    const a = e.target.closest && e.target.closest("a[href]");
+    if (a && a.origin === w.location.origin && a.pathname !== w.location.pathname) {
+      leaving = {from: w.location.pathname, until: Date.now() + 10000};
+    }
+  }, true);
+  const push = w.history.pushState.bind(w.history);
+  w.history.pushState = (state, title, url) => {
+    const to = url == null ? w.location.pathname : new URL(url, w.location.href).pathname;
+    if (leaving && Date.now() < leaving.until && to === leaving.from && w.location.pathname === leaving.from) {
+      return undefined;  // the stripped URL of the page being left
+    }
+    if (to !== w.location.pathname) leaving = null;
+    return push(state, title, url);
+  };
+})();
+</script>
+"""
 
 @dataclass
 class PageContext:
@@ -247,6 +279,8 @@ def frame_sidebar() -> PageContext:
         for path, label, page_icon in PAGES:
             if page_exists(path):
                 page_link(path, label=label, icon=page_icon, query_params=link_params(path) or None)
+    with nav:
+        st.html(_KEEP_VIEW_ON_PAGE_CHANGE_JS, unsafe_allow_javascript=True, width="content")
     if presenter:
         st.html(_PRESENTER_CSS)
     return PageContext(

@@ -46,7 +46,8 @@ def link_params(page: str, extra: Mapping[str, Any] | None = None) -> dict[str, 
 
 
 def seed_form(page: str, params: Sequence[str], direction: str, *, from_url: Callable[[], Mapping[str, Any]],
-              for_direction: Callable[[str], Mapping[str, Any] | None] | None = None) -> str | None:
+              for_direction: Callable[[str], Mapping[str, Any] | None] | None = None,
+              keys: Sequence[str] = ()) -> str | None:
     """Seed a page's form (session-state keys of its widgets) before the widgets are created.
 
     Args:
@@ -58,6 +59,8 @@ def seed_form(page: str, params: Sequence[str], direction: str, *, from_url: Cal
             from the view the page last wrote.
         for_direction: called with the previous direction when the direction changed since the page's last run;
             returns the values to replace (e.g. the other language's default sentence) or None.
+        keys: session keys whose absence also seeds from the URL (the state of a widget without
+            ``persist_state``, which Streamlit drops while another page is shown).
 
     Returns:
         ``"url"`` when the form was seeded from the URL, ``"direction"`` when ``for_direction`` changed it, else None.
@@ -67,7 +70,7 @@ def seed_form(page: str, params: Sequence[str], direction: str, *, from_url: Cal
     url = {p: query_param(p) for p in params}
     dir_key = f"_aiayn_dir:{page}"
     seeded, values = None, None
-    if view is None or url != {p: view.get(p) for p in params}:
+    if view is None or url != {p: view.get(p) for p in params} or any(k not in state for k in keys):
         seeded, values = "url", from_url()
     elif for_direction is not None and state.get(dir_key) not in (None, direction):
         values = for_direction(state[dir_key])

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -63,16 +64,20 @@ def e2e_checkpoints(request) -> Path:
     return request.getfixturevalue("tiny_checkpoints")
 
 
-@pytest.fixture(scope="session")
-def server(e2e_checkpoints, tmp_path_factory):
-    """Base URL of a freshly started Streamlit server (stopped at the end of the session)."""
+#: the checkout whose app the servers run: this repository, or AIAYN_E2E_APP (e.g. an older commit checked out with
+#: ``git worktree add /tmp/orig <commit>``, to show that a browser test fails there)
+APP_DIR = Path(os.environ.get("AIAYN_E2E_APP", REPO))
+
+
+@contextlib.contextmanager
+def streamlit_server(checkpoints: Path, log: Path):
+    """Start ``streamlit run app.py`` of :data:`APP_DIR` on a free port; yields its base URL once healthy."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = dict(os.environ, AIAYN_CHECKPOINTS=str(e2e_checkpoints), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, AIAYN_CHECKPOINTS=str(checkpoints), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true", f"--server.port={port}",
            "--server.address=127.0.0.1", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=APP_DIR, env=env, stdout=fh, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -95,6 +100,20 @@ def server(e2e_checkpoints, tmp_path_factory):
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(e2e_checkpoints, tmp_path_factory):
+    """Base URL of a Streamlit server started once for the session (stopped at its end)."""
+    with streamlit_server(e2e_checkpoints, tmp_path_factory.mktemp("streamlit") / "server.log") as base:
+        yield base
+
+
+@pytest.fixture()
+def fresh_server(e2e_checkpoints, tmp_path):
+    """Base URL of a Streamlit server started for this test alone: the test's first request is the server's first."""
+    with streamlit_server(e2e_checkpoints, tmp_path / "server.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="session")
