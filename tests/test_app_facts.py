@@ -131,3 +131,16 @@ def test_masking_names_the_languages(checkpoints):
     assert "Source sentence (English)" in labels and any(lb.startswith("Decoder input (German)") for lb in labels)
     assert any("batch of English sentences" in lb for lb in labels)
     assert not any("(en)" in lb or "(de)" in lb or " en sentences" in lb for lb in labels)
+
+
+def test_ablation_and_rollout_say_only_what_is_true(checkpoints):
+    from app_pages import open_page
+
+    at = open_page("pages/7_Head_Ablation.py")
+    assert not at.exception, at.exception
+    text = _texts(at)
+    assert "curated sentences of this direction" in text and "do not exist yet" not in text
+    at = open_page("pages/8_Attention_Rollout.py")
+    assert not at.exception, at.exception
+    text = _texts(at)
+    assert "Abnar and Zuidema use $r = 0.5$" in text and "the paper uses" not in text
