@@ -5,7 +5,7 @@ The job of this module is to turn whatever a user typed into a sentence the tran
 (:func:`split_sentences`, the Translate page translates them one by one), measures how much of a text is in a
 script the English-German models never saw (:func:`unseen_script_share`), and guesses when a text is in the
 model's other language (:func:`wrong_language_hint`: German typed into en-de, English into de-en). It reuses
-:func:`aiayn.translator.clean_text`, the translator's own cleaning, so the app and the translator agree on what
+:func:`aiayn.translation.clean_text`, the translator's own cleaning, so the app and the translator agree on what
 counts as empty.
 """
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from typing import Any
+
+from ..translation import clean_text
 
 #: longest sentence the app translates, in characters (longer input is cut, with a message).
 MAX_CHARS = 1000
@@ -26,8 +28,6 @@ def check_text(text: Any, *, max_chars: int = MAX_CHARS, what: str = "sentence")
         control characters only, not a string); messages explain every change made (cut to ``max_chars``,
         control/format characters replaced). Never raises.
     """
-    from ..translator import clean_text  # function-level: aiayn.translator imports torch; keep this module light
-
     if not isinstance(text, str):
         return None, [f"The {what} must be text."]
     notes = []
