@@ -98,7 +98,6 @@ remember_form("ex_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)
 ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
-ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
 reference = None
 if mode == "forced":
     reference = ui.optional_reference(ref)
