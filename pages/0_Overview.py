@@ -27,7 +27,7 @@ PAGE_BLURBS = {
     "pages/5_Scaled_Dot_Product.py": "QKᵀ → scale by 1/√d_k → mask → softmax → ·V, step by step (Eq. 1), "
     "and why the scaling matters.",
     "pages/6_Model_and_Training.py": "Parameters per block, the learning-rate schedule of Eq. 3, label "
-    "smoothing and the training curves of the shipped models.",
+    "smoothing, the training curves of the shipped models and every run each one descends from.",
     "pages/7_Head_Ablation.py": "Switch heads off and watch the translation and every remaining map change; "
     "which heads matter, head by head, over a sentence set (Michel et al. 2019; Voita et al. 2019).",
     "pages/8_Attention_Rollout.py": "Raw attention beside attention rollout (Abnar and Zuidema 2020): how "
