@@ -74,7 +74,7 @@ def _pick_example() -> None:
 top_left, top_right = st.columns([3, 1], gap="medium", vertical_alignment="bottom")
 with top_right:
     st.selectbox("Curated examples", [e[0] for e in examples], index=None, key="ex_pick", on_change=_pick_example,
-                 placeholder="Pick a sentence with a hint…")
+                 placeholder="Pick a sentence…")
     ui.warn_bad_param("mode", MODES, "the mode must be free or forced")
     mode = st.radio("Decoder input", MODES, key="mode", bind="query-params", horizontal=True,
                     help="free: the model's own output (beam search, beam 4): the model decodes and we show the "

@@ -75,7 +75,7 @@ html {{ font-size: {PRESENTER_FONT_SIZE}px; }}
   text-overflow: clip !important; overflow-wrap: anywhere; }}
 [data-testid="stMetricLabel"] p {{ font-size: 1rem; }}
 [data-testid="stMetricValue"] p, [data-testid="stMetricValue"] div {{ font-size: 2rem; }}
-[data-testid="stMain"] input, [data-testid="stMain"] textarea {{ font-size: 1.15rem; }}
+[data-testid="stTextInput"] input, [data-testid="stTextArea"] textarea {{ font-size: 1.15rem; }}
 [data-testid="stSidebar"] [data-testid="stPageLink"] p {{ font-size: 0.8rem; }}
 </style>
 """

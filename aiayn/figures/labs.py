@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import plotly_safe
-from .theme import FONT_SIZE, apply_presenter_theme
+from .theme import FONT_SIZE, PRESENTER_FONT_SIZE, apply_presenter_theme
 
 #: Okabe-Ito palette: distinguishable with the common colour-vision deficiencies.
 SAFE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -198,7 +198,7 @@ def mask_figure(mask: np.ndarray, *, x_labels: Sequence[str] | None = None, y_la
         colorbar=dict(tickvals=[0.25, 0.75], ticktext=["masked", "may attend"]), xgap=1, ygap=1,
         hovertemplate="%{y} → %{x}: %{z}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title=y_title, type="category")
-    fig.update_xaxes(title=x_title, type="category")
+    fig.update_xaxes(title=x_title, type="category", tickangle=-45)  # slanted: level labels touched in large type
     return _style(fig, presenter, title, 420)
 
 
@@ -243,7 +243,7 @@ def stage_heatmap(z: np.ndarray, labels: Sequence[str], *, title: str, colorscal
                                  name=MASKED_LABEL + (" (grey cells)" if many else ""), hoverinfo="skip", showlegend=True))
         fig.update_layout(legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"))
     fig.update_yaxes(autorange="reversed", type="category", title="query")
-    fig.update_xaxes(type="category", title="key", categoryorder="array", categoryarray=labels)
+    fig.update_xaxes(type="category", title="key", categoryorder="array", categoryarray=labels, tickangle=-45)
     return _style(fig, presenter, title, 460)
 
 
@@ -325,6 +325,8 @@ def matrix_figure(z: np.ndarray, *, title: str, row_labels: Sequence[str] | None
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category", side="top")
     fig = _style(fig, presenter, title, 60 * z.shape[0] + 160)
+    # the numbers are the point of these small matrices: written in the tick labels' size
+    fig.update_traces(textfont_size=(PRESENTER_FONT_SIZE if presenter else FONT_SIZE) - 2, selector=dict(type="heatmap"))
     # the column labels sit on top: the title goes to the figure's top edge and the margin holds both
     fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=8)),
                       margin=dict(t=105 if presenter else 80))

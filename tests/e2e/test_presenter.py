@@ -9,7 +9,8 @@ On every page (and every tab of a page, clicked in turn) it measures:
   grid of more than three heatmaps (its edge labels are an overview; hover names every cell);
 * no text of a chart (title, axis titles, tick labels, colour bar, legend, annotations, cell numbers) lies outside
   the chart or on another text of the chart, and no axis' labels run into another subplot's plot area;
-* no label, caption or button text of the page is cut (``scrollWidth > clientWidth``);
+* no label, caption or button text of the page is cut (``scrollWidth > clientWidth``), nor a placeholder or a select
+  box's option (their text measured against the box);
 * a metric's number is larger than its label; the typed sentence (text inputs and areas) is at least the
   presenter base size; heatmap tick labels are at least the presenter tick size.
 
@@ -124,6 +125,16 @@ MEASURE = r"""() => {
     if (cs.overflowX === 'auto' || cs.overflowX === 'scroll') return;
     if (e.scrollWidth > e.clientWidth + 1) cut.push(`"${e.textContent.trim().slice(0, 50)}" [${keyOf(e)}] ${e.scrollWidth} > ${e.clientWidth} px`);
   });
+  // a placeholder, or a select box's chosen option, wider than its box (an input's text is clipped without a trace)
+  const ctx2d = document.createElement('canvas').getContext('2d');
+  document.querySelectorAll('[data-testid=stMain] input').forEach(e => {
+    const text = e.value && e.closest('[data-testid=stSelectbox]') ? e.value : (!e.value ? e.placeholder : '');
+    if (!text || !e.clientWidth) return;
+    const cs = getComputedStyle(e);
+    ctx2d.font = `${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+    const room = e.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    if (ctx2d.measureText(text).width > room + 1) cut.push(`"${text.slice(0, 50)}" [${keyOf(e)}] wider than its box (${room.toFixed(0)} px)`);
+  });
   // a widget row wider than the main column (a segmented control's buttons past its column)
   document.querySelectorAll('[data-testid=stMain] [data-testid=stButtonGroup]').forEach(e => {
     const col = e.closest('[data-testid=stColumn]') || e.closest('[data-testid=stVerticalBlock]');
@@ -137,7 +148,7 @@ MEASURE = r"""() => {
     const l = leaf('[data-testid=stMetricLabel]'), v = leaf('[data-testid=stMetricValue]');
     return {label: l ? l.textContent.trim().slice(0, 40) : '', label_px: l ? px(l) : 0, value_px: v ? px(v) : 0};
   });
-  const inputs = [...document.querySelectorAll('[data-testid=stMain] input[type=text], [data-testid=stMain] textarea')]
+  const inputs = [...document.querySelectorAll('[data-testid=stMain] [data-testid=stTextInput] input, [data-testid=stMain] textarea')]
     .filter(e => e.clientWidth).map(e => ({key: keyOf(e), px: px(e)}));
   return {charts, cut, metrics, inputs};
 }"""
