@@ -200,6 +200,15 @@ def _tabs(pg):
     return pg.locator("[data-testid=stMain] [role=tab]")
 
 
+def _palette(path) -> None:
+    """Rewrite a PNG with a 256-colour palette (a whole page: about a third of the bytes; Pillow comes with streamlit)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE)
+    small.save(path, optimize=True)
+
+
 def _save_screenshots(pg, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     pg.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
@@ -208,7 +217,9 @@ def _save_screenshots(pg, name: str) -> None:
     height = pg.evaluate("() => document.querySelector('[data-testid=stMain]').scrollHeight")
     pg.set_viewport_size({"width": VIEWPORT["width"], "height": int(min(max(height, VIEWPORT["height"]), 12000))})
     pg.wait_for_timeout(1500)
-    pg.screenshot(path=str(SCREENSHOTS / f"presenter_{name}_full.png"))
+    full = SCREENSHOTS / f"presenter_{name}_full.png"
+    pg.screenshot(path=str(full))
+    _palette(full)
     pg.set_viewport_size(VIEWPORT)
     pg.wait_for_timeout(1000)
 
