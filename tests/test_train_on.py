@@ -124,11 +124,13 @@ def test_resume_goes_on_where_it_stopped(world, warm):
 
 def test_deadline_is_honoured(world, warm):
     before = _state(world["run"])
-    proc = _train_on(world, "--minutes", "0.9", "--reserve-minutes", "0.6", "--train-set", "max_steps=1000000")
+    # 0.3 minutes of training; the child is only stopped from outside at the deadline less half the reserve
+    proc = _train_on(world, "--minutes", "1.5", "--reserve-minutes", "1.2", "--train-set", "max_steps=1000000")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     after = _state(world["run"])
     tc = json.loads((world["run"] / "train_config.json").read_text())
-    # the run's limit counts its whole wall time: what it had, plus this call's budget (0.9 - 0.6 minutes, less
+    assert json.loads((world["out"] / "verdict.json").read_text())["added"]["training_exit_code"] == 0  # it stopped itself
+    # the run's limit counts its whole wall time: what it had, plus this call's budget (1.5 - 1.2 minutes, less
     # the moments between reading the clock and planning)
     assert before["wall_time"] / 60 < tc["max_minutes"] <= before["wall_time"] / 60 + 0.3 + 1e-3  # printed to 3 decimals
     assert after["step"] > before["step"] and after["step"] < 1000000  # it trained, and stopped on time, not steps
@@ -238,3 +240,16 @@ def test_an_evaluation_of_other_weights_or_files_is_stale(world, warm, tmp_path)
     assert not continuous._fresh_dev_eval(cand / "eval_dev.json", world["shipped"], world["dev"], "en-de")
     assert not continuous._fresh_dev_eval(cand / "eval_dev.json", cand, DEVSETS_DIR, "en-de")
     assert not continuous._fresh_dev_eval(cand / "eval_dev.json", cand, world["dev"], "de-en")
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(world, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    run, out = tmp_path / "run", tmp_path / "out"
+    code = continuous.cli_main(["--direction", "en-de", "--until", "23:59", "--run", str(run), "--shipped",
+                                str(world["shipped"]), "--data", str(world["data"]), "--out", str(out), "--no-nice",
+                                "--threads", "1", "--recipe", "tiny", "--dry-run"])
+    text = capsys.readouterr().out
+    assert code == 0 and "warm start from" in text and "dry run: nothing started" in text
+    cmd = next(line for line in text.splitlines() if line.startswith("$ "))
+    assert f"--init-from {world['shipped']}" in cmd and "--preset tiny" in cmd and "max_len=64" in cmd
+    assert not run.exists() and not out.exists()

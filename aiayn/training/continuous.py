@@ -386,6 +386,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--devsets", default=None, help="development sets folder (default: assets/devsets)")
     ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it")
     ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan (run, data, the training command) and stop")
     return ap
 
 
@@ -432,15 +433,19 @@ def _build_candidate(plan: dict[str, Any], args: argparse.Namespace, out: Path, 
     return subprocess.run(cmd).returncode
 
 
-def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: Path, added: dict[str, int]) -> dict[str, Any]:
-    """Score both sides, write ``out/verdict.json`` and return it."""
+def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: Path, added: dict[str, int],
+           seconds: dict[str, float]) -> dict[str, Any]:
+    """Score both sides, write ``out/verdict.json`` (with ``seconds``: how long each stage took) and return it."""
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
     cand = out / "candidate"
+    t0 = time.monotonic()
     cand_scores = side_scores(cand, cand, plan["data"], devsets, args.direction, "cpu")
     ship_scores = side_scores(shipped, out / "shipped", plan["data"], devsets, args.direction, "cpu")
+    seconds["scoring"] = round(time.monotonic() - t0, 1)
     v = verdict(cand_scores, ship_scores)
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
+              "seconds": seconds,
               "scores": {"candidate": cand_scores, "shipped": ship_scores},
               "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -477,11 +482,15 @@ def cli_main(argv: list[str]) -> int:
         print(f"aiayn train-on: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = Path(args.out).expanduser() if args.out else CACHE / "train-on" / args.direction
-    out.mkdir(parents=True, exist_ok=True)
     how = f"resuming {plan['run']} at step {plan['before']['step']}" if plan["resume"] else \
         f"warm start from {shipped} into {plan['run']} (recipe {plan['recipe']}, data {plan['data']})"
     print(f"aiayn train-on {args.direction}: {how}; training {budget:.1f} minutes, until {deadline:%Y-%m-%d %H:%M %Z}", flush=True)
+    if args.dry_run:
+        print("$ " + " ".join(plan["cmd"]) + f"\n(dry run: nothing started; the candidate would go to {out / 'candidate'})")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
     try:
+        t0 = time.monotonic()
         rc = _run_child(plan["cmd"], (deadline - _dt.datetime.now().astimezone()).total_seconds() - 60 * args.reserve_minutes / 2)
         after = _last_state(plan["run"])
         if after is None:
@@ -492,10 +501,12 @@ def cli_main(argv: list[str]) -> int:
         print(f"training added {added['steps']:,} steps and {added['tokens']:,} target tokens (run at step {added['step']:,})", flush=True)
         notes = (f"Trained on with `aiayn train-on` ({how}); this call added {added['steps']:,} steps and "
                  f"{added['tokens']:,} target tokens.")
+        seconds = {"training": round(time.monotonic() - t0, 1)}
         if _build_candidate(plan, args, out, notes) != 0:
             print(f"aiayn train-on: the candidate could not be built (see {out / 'finish_status.json'})", file=sys.stderr)
             return EXIT_CANDIDATE_FAILED
-        report = _judge(plan, args, out, shipped, added)
+        seconds["candidate"] = round(time.monotonic() - t0 - seconds["training"], 1)
+        report = _judge(plan, args, out, shipped, added, seconds)
     except KeyboardInterrupt:
         print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
         return EXIT_INTERRUPTED
