@@ -10,8 +10,9 @@ READY = "[data-testid=stApp][data-test-script-state=notRunning]"
 
 
 def page_url(base: str, script: str, query: str = "") -> str:
-    """URL of a page script (legacy ``pages/`` discovery: ``pages/2_Attention_Explorer.py`` -> ``/Attention_Explorer``)."""
-    if script == "app.py":
+    """URL of a page script (``pages/2_Attention_Explorer.py`` -> ``/Attention_Explorer``; the Overview, the frame's
+    default page, is ``/``)."""
+    if script in ("app.py", "pages/0_Overview.py"):
         path = ""
     else:
         stem = Path(script).stem
