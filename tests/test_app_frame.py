@@ -451,3 +451,51 @@ def test_server_decodes_sessions_through_one_queue_per_model(tiny_checkpoints, m
     finally:
         st.cache_resource.clear()
         st.cache_data.clear()
+
+
+def test_the_explorers_tab_is_in_the_url(checkpoints):
+    """A link copied on the Step-by-step tab opened "One head": the open tab is in the URL (``?tab=step``), the first
+    tab is left out, an unknown tab is reported."""
+    from app_pages import charts, open_page
+
+    at = open_page("pages/2_Attention_Explorer.py", {"tab": "step"})
+    assert not at.exception, at.exception
+    assert "step_decoder" in charts(at) and "head_view" not in charts(at)
+    assert at.query_params["tab"] == "step"
+    at = open_page("pages/2_Attention_Explorer.py")
+    assert "head_view" in charts(at) and "tab" not in at.query_params
+    at = open_page("pages/2_Attention_Explorer.py", {"tab": "sideways"})
+    assert not at.exception, at.exception
+    assert any("tab=sideways" in w.value for w in at.warning) and "head_view" in charts(at)
+
+
+def _form_page():
+    import streamlit as st
+
+    from aiayn.app.state import link_params, seed_form, write_view
+
+    seeded = seed_form("probe", ("text",), "en-de", from_url=lambda: {"p_text": st.query_params.get("text", "default")})
+    text = st.text_input("Sentence", key="p_text", persist_state="session")
+    write_view("probe", {"text": None if text == "default" else text})
+    st.write(f"seeded={seeded} link={link_params('probe')}")
+
+
+def test_a_page_view_is_seeded_from_the_url_only_when_the_url_holds_another_view():
+    """The one seeding rule of every form page (aiayn.app.state): the URL seeds the form on the first run and when it
+    differs from the view the page last wrote (a link, Back / Forward); otherwise the session's values stay; defaults
+    stay out of the URL; the link to the page carries its view."""
+    at = AppTest.from_function(_form_page, default_timeout=30)
+    at.query_params["text"] = "from a link"
+    at.run()
+    assert not at.exception, at.exception
+    said = lambda: [m.value for m in at.markdown if str(m.value).startswith("seeded=")][0]  # noqa: E731
+    assert at.text_input(key="p_text").value == "from a link" and said().startswith("seeded=url")
+    assert "'text': 'from a link'" in said()  # the link to the page carries the view
+    at.text_input(key="p_text").set_value("typed").run()  # the user's own value: kept, written to the URL
+    assert at.text_input(key="p_text").value == "typed" and at.query_params["text"] == "typed"
+    assert said().startswith("seeded=None")
+    at.query_params["text"] = "from a link"  # Back to the older view
+    at.run()
+    assert at.text_input(key="p_text").value == "from a link" and said().startswith("seeded=url")
+    at.text_input(key="p_text").set_value("default").run()  # the default leaves the URL
+    assert "text" not in at.query_params and said() == "seeded=None link={}"
