@@ -223,3 +223,23 @@ def test_readouts():
     r = al.readouts(m)
     assert r["layer"].shape == (2, 2, 2) and r["layer"][1] == pytest.approx(m[1].mean(axis=0))
     assert r["model"] == pytest.approx(m.reshape(6, 2, 2).mean(axis=0))
+
+
+def test_sentence_counts_hand():
+    # 1 layer, 2 heads; 2 source words of one piece each + </s>; 2 target words + </s>
+    good = np.array([[0.9, 0.1, 0.0], [0.2, 0.8, 0.0], [0.3, 0.7, 0.0]])  # rows 0, 1 attend to words 0, 1
+    bad = np.array([[0.4, 0.6, 0.0], [0.6, 0.4, 0.0], [0.5, 0.5, 0.0]])  # rows 0, 1 attend to words 1, 0
+    maps = np.stack([good, bad])[None]  # (1, 2, 3, 3)
+    src, tgt = np.array([0, 1, -1]), np.array([0, 1, -1])
+    sure = np.eye(2, dtype=bool)
+    c = al.sentence_counts(maps, src, tgt, sure, sure)
+    assert c.shape == (2, len(al.METHODS), 1 * 2 + 1 + 1, 4)
+    aer = al.aer_from_counts(c)
+    # no shift: good head right, bad head wrong twice, the mean of both (rows [0.65, 0.35], [0.4, 0.6]) right
+    assert aer[0, al.METHODS.index("target")].tolist() == [0.0, 1.0, 0.0, 0.0]
+    # shift: word 0 is read at row 1, word 1 at row 2. good: 0 -> 1 wrong, 1 -> 1 right: 1 - (1 + 1) / (2 + 2);
+    # bad: 0 -> 0 right, 1 -> 0 (a tie goes to the lowest index) wrong: the same
+    assert aer[1, al.METHODS.index("target"), :2].tolist() == [0.5, 0.5]
+    parts = al.split_readouts(aer, 1, 2)
+    assert parts["head"].shape == (2, len(al.METHODS), 1, 2) and parts["model"].shape == (2, len(al.METHODS))
+    assert parts["layer"][0, 0].tolist() == [0.0]

@@ -310,3 +310,42 @@ def agreement(first: Sequence[GoldPair], second: Sequence[GoldPair]) -> dict[str
     return {"pairs": float(len(second)), "aer_second_vs_first": float(aer_from_counts(c12)),
             "aer_first_vs_second": float(aer_from_counts(c21)), "sure_precision": prec, "sure_recall": rec,
             "sure_f1": f, "all_f1": f1(all_b, all_a)[2]}
+
+
+#: how :func:`sentence_counts` lays out its readings: no shift, then the shift by one.
+SHIFTS = (False, True)
+
+
+def sentence_counts(maps: np.ndarray, src_words: np.ndarray, tgt_words: np.ndarray,
+                    sure: np.ndarray, possible: np.ndarray) -> np.ndarray:
+    """The AER counts of one sentence for every reading of its cross-attention.
+
+    Args:
+        maps: ``(L, H, T, S)`` piece-level cross-attention (decoder rows, encoder columns) of one sentence, cut to
+            its real positions.
+        src_words: ``(S,)`` source word of each encoder piece; tgt_words: ``(T,)`` target word of each predicted
+            piece (:func:`piece_words`; -1 for ``</s>``).
+        sure, possible: ``(n_tgt, n_src)`` bool gold links, target words as rows (:func:`link_matrix`).
+
+    Returns:
+        ``(len(SHIFTS), len(METHODS), L * H + L + 1, 4)`` int64 :func:`counts`: for each shift (:data:`SHIFTS`) and
+        each method (:data:`METHODS`) the heads in layer-major order, then the layer means, then the model mean.
+    """
+    n_t, n_s = np.shape(sure)
+    out = []
+    for shift in SHIFTS:
+        wm = readouts(word_maps(maps, query_words(tgt_words, shift=shift), src_words, n_t, n_s))
+        stack = np.concatenate([wm["head"].reshape(-1, n_t, n_s), wm["layer"], wm["model"][None]])
+        out.append([counts(extract(stack, m), sure, possible) for m in METHODS])
+    return np.asarray(out, dtype=np.int64)
+
+
+def split_readouts(values: np.ndarray, n_layers: int, n_heads: int) -> dict[str, np.ndarray]:
+    """``(..., L * H + L + 1)`` values in :func:`sentence_counts`' order -> ``{"head": (..., L, H), "layer": (..., L),
+    "model": (...)}``."""
+    v = np.asarray(values)
+    lh = n_layers * n_heads
+    if v.shape[-1] != lh + n_layers + 1:
+        raise ValueError(f"want {lh + n_layers + 1} readings for {n_layers} x {n_heads} heads, got {v.shape[-1]}")
+    return {"head": v[..., :lh].reshape(v.shape[:-1] + (n_layers, n_heads)), "layer": v[..., lh:lh + n_layers],
+            "model": v[..., -1]}
