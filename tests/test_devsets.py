@@ -100,3 +100,20 @@ def test_cli_refuses_a_missing_set(tiny_checkpoints, tmp_path, capsys):
     code = cli_main(["--checkpoint", str(tiny_checkpoints / "en-de"), "--devsets", str(tmp_path), "--out", "-"])
     assert code == 2
     assert "no development set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("direction", ["en-de", "de-en"])
+def test_shipped_dev_scores_are_of_the_shipped_weights_and_the_current_sets(direction):
+    """A shipped ``eval_dev.json`` must describe what ships: rerun ``aiayn evaluate-dev --checkpoint checkpoints/D``
+    after replacing the weights or editing a set."""
+    from aiayn.files import sha256_file
+
+    ckpt = Path(__file__).resolve().parent.parent / "checkpoints" / direction
+    path = ckpt / "eval_dev.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not written")
+    res = json.loads(path.read_text(encoding="utf-8"))
+    assert res["model_sha256"] == sha256_file(ckpt / "model.safetensors")
+    assert {n: s["sha256"] for n, s in res["sets"].items()} == {n: sha256_file(DEVSETS_DIR / f"{n}.tsv") for n in SET_NAMES}
+    assert set(res["scores"][direction]) == set(SET_NAMES)
+    assert res["decoding"]["beam_size"] == 4 and res["decoding"]["alpha"] == 0.6
