@@ -191,10 +191,16 @@ def test_end_to_end_card_and_summary_hold_the_eval_numbers(done, data, direction
     assert row["steps"] == meta["step"] and row["train_tokens"] == meta["train_tokens"] > 0
     assert row["tokens_per_s"] == pytest.approx(meta["train_tokens"] / meta["train_wall_time_s"])
     assert json.loads((ckpt / "head_sweep.json").read_text())["direction"] == direction
-    assert row["stages"] == {"train": 0, "average": 0, "evaluate_test": 0, "evaluate_test_general": 0, "card": 0, "sweep": 0}
+    assert row["stages"] == {"train": 0, "average": 0, "evaluate_test": 0, "evaluate_test_general": 0, "evaluate_dev": 0,
+                             "card": 0, "sweep": 0}
+    dev = json.loads((ckpt / "eval_dev.json").read_text())  # the development sets, as beside the shipped checkpoints
+    assert dev["checkpoint"] == str(ckpt.resolve()) and set(dev["scores"]) == {direction}
+    for name, s in dev["details"][direction].items():
+        assert row["scores"][f"dev_{name}"] == {"bleu": s["bleu"], "chrf": s["chrf"], "dictionary_bleu": None,
+                                                "dictionary_chrf": None, "n_sentences": s["n_sentences"]}
     # the printed table and the logs
     table = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == [direction]]
-    assert [t[1] for t in table] == ["test", "test_general"]
+    assert [t[1] for t in table] == ["test", "test_general", "dev_short", "dev_long", "dev_classic"]
     assert table[0][2:4] == [f"{row['scores']['test']['bleu']:.2f}", f"{row['scores']['test']['chrf']:.2f}"]
     log = (out / "logs" / f"{direction}.log").read_text()
     assert " train | $ " in log and " post | == card: " in log and f"[{direction}] train | " in proc.stdout

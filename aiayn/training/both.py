@@ -1,13 +1,15 @@
 """``aiayn train-both``: one command for a GPU session. Trains en-de and de-en side by side (two ``aiayn train``
 child processes on one GPU, or on the CPU with half the cores each) within a time budget, then per direction
-averages the last states into a float16 checkpoint (Section 6.1), evaluates it on the test split(s), writes its
-model card and head sweep, and summarises everything in ``OUT/summary.json`` and a printed table.
+averages the last states into a float16 checkpoint (Section 6.1), evaluates it on the test split(s) and the
+development sets, writes its model card and head sweep, and summarises everything in ``OUT/summary.json`` and a
+printed table.
 
 Layout of ``OUT``::
 
     runs/{en-de,de-en}/          the run states (``aiayn train --run``), resumable by hand with ``aiayn train --resume``
     checkpoints/{en-de,de-en}/   the layout of the shipped ``checkpoints/*/``: config.json, model.safetensors (fp16),
-                                 spm.model, metrics.jsonl, eval_test.json (+ eval_test_general.json), MODEL_CARD.md,
+                                 spm.model, metrics.jsonl, eval_test.json (+ eval_test_general.json), eval_dev.json
+                                 (the development sets of assets/devsets), MODEL_CARD.md,
                                  head_sweep.json (and attention_history.safetensors when the run recorded one)
     logs/{en-de,de-en}.log       both children's output, each line stamped with the time and the stage
     logs/{en-de,de-en}.post.json what each post-training stage returned

@@ -1,7 +1,7 @@
 """What ``aiayn train-both`` (:mod:`.both`) does after training, per direction, in a child process of its own
 (``python -m aiayn.training.finish``): average the last states into a float16 checkpoint (Section 6.1), evaluate it
-on the test split(s) (sacreBLEU, chrF), write its model card and head sweep; and the summary (``summary.json`` and
-the printed table) read back from the files those stages wrote.
+on the test split(s) and the project's development sets (sacreBLEU, chrF), write its model card and head sweep;
+and the summary (``summary.json`` and the printed table) read back from the files those stages wrote.
 """
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from typing import Any
 
 #: exit code of an interrupted stage (SIGINT), as a shell reports it
 EXIT_INTERRUPTED = 130
+#: the development sets' scores beside a checkpoint (aiayn.evaluation.devsets.EVAL_DEV_FILE, named here so that the
+#: summary does not import the evaluation code)
+EVAL_DEV_FILE = "eval_dev.json"
 
 
 # -- after training: average, evaluate, card, sweep (one child per direction) ------------------------------------
@@ -76,10 +79,12 @@ def _general_notes(notes: str, general: dict[str, Any] | None) -> str:
 
 
 def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], dev: str, status: dict[str, Any]) -> None:
-    """Average, evaluate, card (each required: raises _StageFailed) and the optional sweep, all into ``tmp``."""
-    from ..sweep import cli_main as sweep_main
+    """Average, evaluate on the test split(s) and the development sets, card (each required: raises _StageFailed) and
+    the optional sweep, all into ``tmp``."""
+    from ..evaluation.devsets import cli_main as dev_main
     from ..evaluation.modelcard import cli_main as card_main
     from ..evaluation.scoring import cli_main as evaluate_main
+    from ..sweep import cli_main as sweep_main
     from .export import average_cli_main
 
     data = Path(args.data)
@@ -88,6 +93,7 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
         _stage(status, f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
                                                             "--device", dev, "--no-progress",
                                                             "--out", str(tmp / f"eval_{split}.json")])
+    _stage(status, "evaluate_dev", dev_main, ["--checkpoint", str(tmp), "--device", dev, "--out", str(tmp / EVAL_DEV_FILE)])
     general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
     notes = _general_notes(args.notes, general)
     _stage(status, "card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
@@ -120,8 +126,8 @@ def post_main(argv: list[str]) -> int:
     try:
         with atomic_dir(final) as tmp:
             _build_checkpoint(args, tmp, splits, dev, status)
-        for split in splits:  # the evaluation names the folder it read; that folder is now the final one
-            path = final / f"eval_{split}.json"
+        for name in [f"eval_{split}.json" for split in splits] + [EVAL_DEV_FILE]:  # each evaluation names the folder
+            path = final / name                                                  # it read, the final one now
             ev = json.loads(path.read_text(encoding="utf-8"))
             ev["checkpoint"] = str(final.resolve())
             atomic_write_text(path, json.dumps(ev, ensure_ascii=False, indent=2) + "\n")
@@ -152,10 +158,22 @@ def _last_valid(run: Path) -> dict[str, Any]:
     return {}
 
 
+def _dev_scores(path: Path, direction: str) -> dict[str, dict[str, Any]]:
+    """``{"dev_<set>": {"bleu", "chrf", "dictionary_bleu": None, "dictionary_chrf": None, "n_sentences"}}`` of an
+    ``eval_dev.json`` in ``direction``; empty when the file is missing or unreadable."""
+    try:
+        per_set = json.loads(path.read_text(encoding="utf-8"))["details"][direction]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {f"dev_{name}": {"bleu": s.get("bleu"), "chrf": s.get("chrf"), "dictionary_bleu": None, "dictionary_chrf": None,
+                            "n_sentences": s.get("n_sentences")} for name, s in per_set.items()}
+
+
 def direction_summary(out: Path, direction: str, stages: dict[str, Any]) -> dict[str, Any]:
     """What ``summary.json`` holds for one direction, read from the files the children wrote: the exported
     checkpoint's meta (steps, epoch, target tokens, training minutes, tokens/s = tokens / training seconds), the
-    last validation of the run, and BLEU/chrF (model and dictionary baseline) of every ``eval_*.json``."""
+    last validation of the run, and BLEU/chrF (model and dictionary baseline) of every ``eval_*.json``: the test
+    split(s) first, then each development set as ``dev_<set>`` (no dictionary baseline)."""
     ckpt = out / "checkpoints" / direction
     row: dict[str, Any] = {"stages": stages, "log": str(out / "logs" / f"{direction}.log"),
                            "run": str(out / "runs" / direction), "checkpoint": None, "scores": {}}
@@ -172,9 +190,10 @@ def direction_summary(out: Path, direction: str, stages: dict[str, Any]) -> dict
                averaged_states=meta.get("averaged_states"),
                weights_mb=(ckpt / "model.safetensors").stat().st_size / 1e6 if (ckpt / "model.safetensors").is_file() else None)
     for path in sorted(ckpt.glob("eval_*.json")):
-        sc = _scores(path)
+        sc = _scores(path) if path.name != EVAL_DEV_FILE else None
         if sc:
             row["scores"][path.stem[len("eval_"):]] = sc
+    row["scores"].update(_dev_scores(ckpt / EVAL_DEV_FILE, direction))
     return row
 
 
