@@ -1,0 +1,76 @@
+"""aiayn align on a tiny random checkpoint: the direction mapping, the counts, the JSON and the CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from aiayn import alignment_eval as ae
+from aiayn.analysis import alignment as al
+
+GOLD = ("Ich habe keine Zeit .\tI have no time .\t0-0 1-1 2-2 3-3 4-4\n"
+        "Wir sind gestern ins Kino gegangen .\tWe went to the cinema yesterday .\t0-0 1p1 2-5 3-2 3-3 4-4 5-1 6-6\n")
+
+
+@pytest.fixture()
+def gold(tmp_path):
+    path = tmp_path / "gold.tsv"
+    path.write_text(GOLD, encoding="utf-8")
+    return path
+
+
+def test_detokenize():
+    assert ae.detokenize(["Ich", "habe", "keine", "Zeit", ",", "oder", "?"]) == "Ich habe keine Zeit, oder?"
+
+
+@pytest.mark.parametrize("direction, n_target, n_source", [("en-de", 5 + 7, 5 + 7), ("de-en", 5 + 7, 5 + 7)])
+def test_counts_follow_the_direction(tiny_checkpoints, gold, direction, n_target, n_source):
+    from aiayn import Translator
+
+    tr = Translator.load(tiny_checkpoints / direction, device="cpu")
+    pairs = al.read_gold(gold)
+    counts, skipped = ae.corpus_counts(tr, pairs, direction)
+    assert skipped == []
+    assert counts.shape == (2, len(al.METHODS), tr.cfg.n_layers * tr.cfg.n_heads + tr.cfg.n_layers + 1, 4)
+    target, source = al.METHODS.index("target"), al.METHODS.index("source")
+    # |S| is the gold's sure links whatever the reading; "target" gives every target word one link, "source" every
+    # source word one link (both sides have 12 words here, so check with a one-sided pair too below)
+    assert (counts[..., 3] == sum(len(p.sure) for p in pairs)).all()
+    assert (counts[:, target, :, 2] == n_target).all() and (counts[:, source, :, 2] == n_source).all()
+
+
+def test_target_links_are_the_target_words(tiny_checkpoints, tmp_path):
+    from aiayn import Translator
+
+    path = tmp_path / "g.tsv"  # 6 German words, 5 English words
+    path.write_text("Ich habe keine Zeit mehr .\tI have no time .\t0-0 1-1 2-2 3-3 5-4\n", encoding="utf-8")
+    pairs = al.read_gold(path)
+    target = al.METHODS.index("target")
+    for direction, n_target in (("en-de", 6), ("de-en", 5)):
+        tr = Translator.load(tiny_checkpoints / direction, device="cpu")
+        counts, _ = ae.corpus_counts(tr, pairs, direction)
+        assert (counts[:, target, :, 2] == n_target).all(), direction
+
+
+def test_cli_writes_alignment_json(tiny_checkpoints, gold, tmp_path, capsys):
+    ckpt = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoints / "de-en", ckpt)
+    assert ae.cli_main(["--checkpoint", str(ckpt), "--gold", str(gold)]) == 0
+    payload = json.loads((ckpt / ae.ALIGN_FILE).read_text(encoding="utf-8"))
+    assert payload["direction"] == "de-en" and payload["pairs"] == 2
+    aer = al.aer_from_counts(np.array(payload["counts"]))
+    for r in payload["readings"].values():
+        heads = np.array(r["head_aer"])
+        assert heads.shape == (payload["layers"], payload["heads"])
+        assert r["best_head"]["aer"] == pytest.approx(heads.min())
+    assert payload["best"]["aer"] == pytest.approx(round(float(np.nanmin(aer[..., :-payload["layers"] - 1])), 4))
+    assert "best head" in capsys.readouterr().out
+
+
+def test_cli_bad_gold_is_a_clear_error(tiny_checkpoints, tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("Ich bin .\tI am .\t0-7\n", encoding="utf-8")
+    assert ae.cli_main(["--checkpoint", str(tiny_checkpoints / "en-de"), "--gold", str(bad)]) == 2
+    assert "bad.tsv:1" in capsys.readouterr().err
