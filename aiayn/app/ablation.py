@@ -24,6 +24,7 @@ from .models import checkpoint_path, checkpoint_stamp, decode_queue, load_transl
 from .params import query_param, warn_bad_param
 from .pickers import head_picker, kind_picker, layer_picker
 from .results import head_mask_key
+from .state import write_view
 
 KIND_NAMES = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (masked)",
               "cross": "Encoder-decoder (cross) attention"}
@@ -59,6 +60,9 @@ def _all_on(n_layers: int) -> None:
             st.session_state[_switch_key(kind, layer)] = []
 
 
+#: the Head ablation page (its key among the views of aiayn.app.state)
+PAGE = "pages/7_Head_Ablation.py"
+
 def head_switches(n_layers: int, n_heads: int) -> list[Head]:
     """One multi-select row of heads per layer and kind (selected = removed); returns the removed heads as
     ``(kind, layer, head)`` from 0 and writes them into the URL (``off``)."""
@@ -77,10 +81,7 @@ def head_switches(n_layers: int, n_heads: int) -> list[Head]:
             off += [(kind, layer, int(h) - 1) for h in picked or [] if h in options]
     st.button("Switch every head back on", on_click=_all_on, args=(n_layers,), icon=":material/restart_alt:")
     spec = format_heads(off)
-    if spec:
-        st.query_params["off"] = spec
-    else:
-        st.query_params.pop("off", None)
+    write_view(PAGE, {"off": spec or None})  # in the URL and in the links to the page (aiayn.app.state)
     st.session_state.ab_off_url = spec or None  # what this page wrote (see seed_switches)
     return off
 
