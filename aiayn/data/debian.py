@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..files import sha256_file
 from .corpora import Pair
-from .game_text import STORY_FORMATS, story_pairs
+from .game_text import STORY_FORMATS, paragraph_pairs, story_pairs
 from .gettext_pairs import clean_pairs, mo_pairs
 from .help_pages import aligned_page_pairs
 from .splits import is_sentence, normalize, substring_hits
@@ -225,11 +225,14 @@ def licence_of(copyright_text: str) -> str:
     return ", ".join(dict.fromkeys(names)) or "see copyright file"
 
 
-def catalogue_pairs(info: dict, counts: dict, *, skip_held_out: bool = True) -> tuple[list, int, list[str]]:
-    """The raw ``(msgid, msgstr)`` messages of every German ``.mo`` catalogue of a package read by :func:`read_deb`,
+def catalogue_pairs(info: dict, counts: dict, *, skip_held_out: bool = True,
+                    split: bool = False) -> tuple[list, int, list[str]]:
+    """The raw ``(msgstr, msgid)`` messages of every German ``.mo`` catalogue of a package read by :func:`read_deb`,
     in path order: ``(pairs, messages read, catalogue paths used)``. Unreadable catalogues are skipped and counted in
     ``counts["unreadable_mo"]``; with ``skip_held_out``, so are catalogues whose text domain is a held-out package
-    (``counts["held_out_domain_skipped"]``; off for the domain test, which reads exactly those)."""
+    (``counts["held_out_domain_skipped"]``; off for the domain test, which reads exactly those). With ``split``
+    (narrative and everyday packages), a message of several lines or sentences is cut into paragraph and sentence
+    pairs by :func:`~aiayn.data.game_text.paragraph_pairs` (game dialogue and mission text are long messages)."""
     raw, messages, files = [], 0, []
     for path in sorted(info["mo"]):
         domain = _MO.search(path).group(1)
@@ -241,6 +244,8 @@ def catalogue_pairs(info: dict, counts: dict, *, skip_held_out: bool = True) -> 
         except ValueError:
             counts["unreadable_mo"] = counts.get("unreadable_mo", 0) + 1
             continue
+        if split:
+            pairs = [q for d, e in pairs for q in paragraph_pairs(d, e, counts)]
         raw.extend(pairs)
         messages += n
         files.append(path)
@@ -283,7 +288,7 @@ def package_pairs(info: dict, companion: dict | None = None) -> tuple[list[tuple
     """
     check_not_held_out(info["package"], info["source"])
     counts: dict = {}
-    raw, messages, files = catalogue_pairs(info, counts)
+    raw, messages, files = catalogue_pairs(info, counts, split=kind_of(info["package"]) in ("narrative", "everyday"))
     hp, pages = help_pairs(info, companion, counts)
     story, n_story, story_files = story_pairs(info.get("story", {}), STORY_SOURCES.get(info["package"], ()), counts)
     raw += hp + story

@@ -19,7 +19,8 @@ One reader per file format; each gives raw ``(de, en)`` pairs for :func:`~aiayn.
 A text of several paragraphs (lines, or blank-line separated blocks in hard-wrapped files) is paired paragraph
 by paragraph when both sides have the same number of paragraphs (else kept whole), and a paragraph pair is cut
 into sentence pairs when both give the same number of sentences (:func:`~aiayn.data.help_pages.split_sentences`),
-as for help pages (:func:`paragraph_pairs`). Format-specific placeholders (FreeCol ``%name%`` and
+as for help pages (:func:`paragraph_pairs`); the catalogue messages of narrative and everyday packages are cut
+the same way (:func:`~aiayn.data.debian.catalogue_pairs`). Format-specific placeholders (FreeCol ``%name%`` and
 ``{{plural:...}}`` templates, FreeOrion ``%1%`` and ``[[KEY]]`` references, Crawl ``$cmd[...]``) are rewritten to
 ``{0}`` so the shared placeholder rules count, replace and limit them (more than two: dropped). Crawl's
 ``quotes.txt`` (literary quotations whose German versions are loose, often word-by-word renderings) is not read.
@@ -31,6 +32,7 @@ import re
 from typing import Callable, Iterable
 
 from .corpora import collapse_whitespace
+from .gettext_pairs import MAX_WORDS, MIN_WORDS
 from .help_pages import split_sentences
 
 __all__ = ["QM_MAGIC", "STORY_FORMATS", "GAME_RULES", "qm_messages", "read_properties", "read_keyvalue",
@@ -270,7 +272,10 @@ def _paragraphs(text: str, wrapped: bool) -> list[str]:
 def paragraph_pairs(de: str, en: str, counts: dict, wrapped: bool = False) -> list[tuple[str, str]]:
     """``(de, en)`` pairs of one text in two languages: paragraphs (lines; with ``wrapped``, blank-line separated
     blocks of hard-wrapped lines) paired in order when both sides have as many (else the whole texts, counted as
-    ``paragraphs_unequal``), each pair cut into sentence pairs when both sides give the same number of sentences.
+    ``paragraphs_unequal``), each pair cut into sentence pairs when both sides give the same number of sentences
+    and either every sentence has :data:`~aiayn.data.gettext_pairs.MIN_WORDS`+ words or the paragraph is longer
+    than :data:`~aiayn.data.gettext_pairs.MAX_WORDS` (a cut that would only make pieces too short to keep is not
+    made).
     Game placeholders and templates become ``{0}`` first (counted as ``game_placeholders``)."""
     d2, e2 = _GAME_PLACEHOLDER.sub("{0}", de), _GAME_PLACEHOLDER.sub("{0}", en)
     if (d2, e2) != (de, en):
@@ -283,7 +288,9 @@ def paragraph_pairs(de: str, en: str, counts: dict, wrapped: bool = False) -> li
     out = []
     for d, e in zip(pd, pe):
         sd, se = split_sentences(d), split_sentences(e)
-        out.extend(zip(sd, se) if len(sd) == len(se) > 1 else [(d, e)])
+        cut = len(sd) == len(se) > 1 and (min(len(x.split()) for x in sd + se) >= MIN_WORDS
+                                          or max(len(d.split()), len(e.split())) > MAX_WORDS)
+        out.extend(zip(sd, se) if cut else [(d, e)])
     return out
 
 
