@@ -549,3 +549,50 @@ def test_train_kinds_name_each_train_pair_and_give_weights(prepared):
     assert load_train_weights(out, {k: 1.0 for k in deb.KIND_WEIGHTS}) == [1.0] * len(train)
     with pytest.raises(ValueError, match="no weight for kind"):
         load_train_weights(out, {"ding": 1})
+
+
+@pytest.mark.parametrize("de, en, expected", [
+    # two sentences of 5+ words on each side: cut
+    ("Der Händler wartet schon im Hafen. Er hat keine Zeit mehr für uns.",
+     "The trader is waiting in the port. He has no more time for us.",
+     [("Der Händler wartet schon im Hafen.", "The trader is waiting in the port."),
+      ("Er hat keine Zeit mehr für uns.", "He has no more time for us.")]),
+    # a piece would be too short to keep ("Hallo, Dink."): kept whole
+    ("Hallo, Dink. Deine Mutter sucht dich im ganzen Dorf.", "Hello, Dink. Your mother is looking for you everywhere.",
+     [("Hallo, Dink. Deine Mutter sucht dich im ganzen Dorf.",
+       "Hello, Dink. Your mother is looking for you everywhere.")]),
+    # two lines: paired line by line
+    ("Wir brauchen mehr Holz für den Winter.\nGeh bitte in den Wald und hol es.",
+     "We need more wood for the winter.\nPlease go into the forest and get it.",
+     [("Wir brauchen mehr Holz für den Winter.", "We need more wood for the winter."),
+      ("Geh bitte in den Wald und hol es.", "Please go into the forest and get it.")]),
+])
+def test_paragraph_pairs_cut_only_when_every_piece_can_be_kept(de, en, expected):
+    from aiayn.data.game_text import paragraph_pairs
+    assert paragraph_pairs(de, en, {}) == expected
+
+
+def test_a_too_long_paragraph_is_cut_even_with_a_short_sentence():
+    from aiayn.data.game_text import paragraph_pairs
+    de = "Ja. " + "Der alte Mann erzählt den Kindern jeden Abend eine lange Geschichte über das Meer. " * 7
+    en = "Yes. " + "The old man tells the children a long story about the sea every evening. " * 7
+    pairs = paragraph_pairs(de.strip(), en.strip(), {})
+    assert len(pairs) == 8 and pairs[0] == ("Ja.", "Yes.")
+
+
+def test_narrative_catalogues_are_cut_into_sentences(tmp_path):
+    po = polib.POFile()
+    po.metadata = {"Content-Type": "text/plain; charset=UTF-8"}
+    po.append(polib.POEntry(msgid="The trader is waiting in the port.\nHe has no more time for us.",
+                            msgstr="Der Händler wartet schon im Hafen.\nEr hat keine Zeit mehr für uns."))
+    po.save_as_mofile(str(tmp_path / "game.mo"))
+    data = (tmp_path / "game.mo").read_bytes()
+    info = {"package": "naev-data", "version": "1", "source": "naev", "file": "x.deb", "sha256": "0" * 64,
+            "copyright": "", "help": {}, "mo": {"usr/share/naev/dat/gettext/de/LC_MESSAGES/naev.mo": data}}
+    kept, rec = deb.package_pairs(info)
+    assert rec["kind"] == "narrative" and [(d, e) for d, e, n in kept] == [
+        ("Der Händler wartet schon im Hafen.", "The trader is waiting in the port."),
+        ("Er hat keine Zeit mehr für uns.", "He has no more time for us.")]
+    info["package"] = "some-ui-package"           # a UI catalogue keeps its messages whole
+    kept, rec = deb.package_pairs(info)
+    assert [e for d, e, n in kept] == ["The trader is waiting in the port. He has no more time for us."]
