@@ -302,7 +302,7 @@ def test_overview_score_line_is_readable(tmp_path, monkeypatch, tiny_checkpoints
 
 def test_architecture_figure_text_reads_at_projector_size():
     """Issue 14: the architecture figure's text was about 6 px high at 1366 px. The Overview shows it in one
-    of two equal columns, about 420 px wide at 1366 px (measured in Chromium, docs in app.py); every font size
+    of two equal columns, about 420 px wide at 1366 px (measured in Chromium, see pages/0_Overview.py); every font size
     of the SVG, scaled to that width, must be at least 11 px."""
     import re
     import xml.etree.ElementTree as ET
