@@ -1,6 +1,7 @@
 """The Streamlit app's shared code (the only package besides ``app.py`` and ``pages/`` that imports
-streamlit), split by job: :mod:`~aiayn.app.frame` (page setup, sidebar navigation, :class:`PageContext`),
-:mod:`~aiayn.app.params` (URL parameter checks), :mod:`~aiayn.app.models` (checkpoints, the translator
+streamlit), split by job: :mod:`~aiayn.app.frame` (the frame ``app.py`` runs every page in: sidebar navigation,
+shared settings, :class:`PageContext`), :mod:`~aiayn.app.params` (URL parameter checks), :mod:`~aiayn.app.state` (a
+page's view in the URL: form seeding, links, Back / Forward), :mod:`~aiayn.app.pickers` (kind / layer / head), :mod:`~aiayn.app.models` (checkpoints, the translator
 loaded once per process and its decode queue, the torch-free model card), :mod:`~aiayn.app.charts` (plotly charts, presenter
 mode, PNG/SVG export) and :mod:`~aiayn.app.downloads` (CSV/JSON buttons). Not a paper section.
 
@@ -13,6 +14,7 @@ Pages use it as::
     left, right = ui.chart_columns(2)            # side by side; stacked in presenter mode
     ui.download_buttons(df, payload_json, stem)  # CSV + JSON download buttons
     ui.warn_bad_param("layer", ui.is_int, "...") # before a widget bound to a URL parameter
+    ui.seed_form(PAGE, ("text",), ctx.direction, from_url=...)  # then the form, then ui.write_view(PAGE, {...})
     ui.checkpoint_info(direction)                # config + metadata from config.json, no model, no torch
     ui.warm_imports()                            # import torch in the background (a page not needing it)
 
