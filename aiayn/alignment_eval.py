@@ -55,39 +55,83 @@ def _gold(pair: al.GoldPair, n_tgt: int, n_src: int, transpose: bool) -> tuple[n
             al.link_matrix(pair.possible, (n_tgt, n_src), transpose=transpose))
 
 
-def corpus_counts(tr: "Translator", pairs: Sequence[al.GoldPair], direction: str, *,
-                  batch_size: int = 16) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Summed AER counts over the gold pairs for every head and reading.
+#: the maps scored: the raw attention weights and norm-based attention (Kobayashi et al. 2020).
+MAP_KINDS = ("weights", "norms")
 
-    Returns:
-        ``(counts, skipped)``: counts ``(len(SHIFTS), len(METHODS), L * H + L + 1, 4)`` int64 in
-        :func:`aiayn.analysis.alignment.sentence_counts`' order; skipped: ``{"line", "reason"}`` for pairs whose
-        pieces could not be matched to the gold words (an ``<unk>``) or that were cut at ``max_len``.
-    """
+
+def _prepare(tr: "Translator", chunk: Sequence[al.GoldPair], direction: str) -> tuple[list[tuple], list[dict]]:
+    """Encode a chunk of gold pairs (:mod:`aiayn.calls`) and match pieces to gold words; pairs that cannot be
+    matched or were cut are returned as ``{"line", "reason"}``."""
     from . import calls  # function-level: the module imports without torch
 
-    cfg, total, skipped = tr.cfg, None, []
+    rows, skipped = [], []
+    for pair in chunk:
+        src_w, tgt_w, transpose = _sides(pair, direction)
+        src = calls.encode_source(tr.tokenizer, tr.cfg, detokenize(src_w))
+        tgt = calls.encode_reference(tr.tokenizer, tr.cfg, detokenize(tgt_w))
+        try:
+            if src.truncated or tgt.truncated:
+                raise ValueError(f"longer than max_len={tr.cfg.max_len} pieces")
+            rows.append((src.ids, tgt.ids, al.piece_words(tr.pieces(src.ids), src_w),
+                         al.piece_words(tr.pieces(tgt.ids), tgt_w), *_gold(pair, len(tgt_w), len(src_w), transpose)))
+        except ValueError as exc:
+            skipped.append({"line": pair.line, "reason": str(exc)})
+    return rows, skipped
+
+
+def cross_value_norms(model: Any, src: Any) -> np.ndarray:
+    """``||f_h(z_j)||`` of every decoder layer's cross-attention over the encoder output z of ``src`` ``(B, S)``
+    (:func:`aiayn.analysis.norms.value_norms`; the encoder run in float32 by the model's own
+    :meth:`~aiayn.model.transformer.Transformer.encode`, as in :func:`aiayn.calls.teacher_forced` on the CPU):
+    ``(L, B, H, S)`` float64."""
+    import torch
+
+    from . import calls
+    from .analysis import norms
+
+    with torch.inference_mode(), calls.autocast_for(src.device, False):
+        memory = model.encode(src).memory.float().cpu().numpy()
+    out = []
+    for layer in model.decoder_layers:
+        att = layer.cross_attn
+        w_v, b_v, w_o = (t.detach().float().cpu().numpy() for t in (att.w_v.weight, att.w_v.bias, att.w_o.weight))
+        out.append([norms.value_norms(m, w_v, b_v, w_o, att.n_heads) for m in memory])
+    return np.asarray(out)
+
+
+def corpus_counts(tr: "Translator", pairs: Sequence[al.GoldPair], direction: str, *,
+                  batch_size: int = 16) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+    """Summed AER counts over the gold pairs for every head and reading, of the raw cross-attention weights and of
+    norm-based attention (:data:`MAP_KINDS`).
+
+    Returns:
+        ``(counts, skipped)``: counts ``{kind: (len(SHIFTS), len(METHODS), L * H + L + 1, 4) int64}`` in
+        :func:`aiayn.analysis.alignment.sentence_counts`' order; skipped: ``{"line", "reason"}`` for pairs whose
+        pieces could not be matched to the gold words (an ``<unk>``) or that were cut at ``max_len``.
+
+    Raises:
+        ValueError: no pair could be matched.
+    """
+    from . import calls
+    from .analysis.norms import norm_weighted
+
+    total: dict[str, np.ndarray] = {}
+    skipped: list[dict[str, Any]] = []
     for start in range(0, len(pairs), batch_size):
-        chunk, rows = pairs[start:start + batch_size], []
-        for pair in chunk:
-            src_w, tgt_w, transpose = _sides(pair, direction)
-            src, tgt = calls.encode_source(tr.tokenizer, cfg, detokenize(src_w)), calls.encode_reference(
-                tr.tokenizer, cfg, detokenize(tgt_w))
-            try:
-                if src.truncated or tgt.truncated:
-                    raise ValueError(f"longer than max_len={cfg.max_len} pieces")
-                rows.append((pair, src.ids, tgt.ids, al.piece_words(tr.pieces(src.ids), src_w),
-                             al.piece_words(tr.pieces(tgt.ids), tgt_w), *_gold(pair, len(tgt_w), len(src_w), transpose)))
-            except ValueError as exc:
-                skipped.append({"line": pair.line, "reason": str(exc)})
+        rows, bad = _prepare(tr, pairs[start:start + batch_size], direction)
+        skipped += bad
         if not rows:
             continue
-        forced = calls.teacher_forced_ids(tr.model, [r[1] for r in rows], [r[2] for r in rows], return_attention=True)
+        forced = calls.teacher_forced_ids(tr.model, [r[0] for r in rows], [r[1] for r in rows], return_attention=True)
         cross = forced.maps.cross.float().cpu().numpy()  # (L, B, H, T, S)
-        for b, (_, src_ids, tgt_ids, src_pw, tgt_pw, sure, possible) in enumerate(rows):
-            c = al.sentence_counts(cross[:, b, :, :len(tgt_ids), :len(src_ids)], src_pw, tgt_pw, sure, possible)
-            total = c if total is None else total + c
-    if total is None:
+        value_norms = cross_value_norms(tr.model, calls.batch(tr.cfg, [r[0] for r in rows], tr.device))
+        for b, (src_ids, tgt_ids, src_pw, tgt_pw, sure, possible) in enumerate(rows):
+            w = cross[:, b, :, :len(tgt_ids), :len(src_ids)]
+            maps = {"weights": w, "norms": norm_weighted(w, value_norms[:, b, :, :len(src_ids)])}
+            for kind, m in maps.items():
+                c = al.sentence_counts(m, src_pw, tgt_pw, sure, possible)
+                total[kind] = total[kind] + c if kind in total else c
+    if not total:
         raise ValueError("no gold pair could be matched to the model's pieces")
     return total, skipped
 
@@ -123,9 +167,10 @@ def align_checkpoint(tr: "Translator", gold: str | Path = GOLD_PATH, *, directio
     cfg = tr.cfg
     payload = {"format": ALIGN_FORMAT, "format_version": ALIGN_VERSION, "direction": direction,
                "gold": Path(gold).name, "pairs": len(pairs) - len(skipped), "skipped": skipped,
-               "layers": cfg.n_layers, "heads": cfg.n_heads, "methods": list(al.METHODS),
-               "counts": counts.tolist()}
-    payload.update(summarize(al.aer_from_counts(counts), cfg.n_layers, cfg.n_heads))
+               "layers": cfg.n_layers, "heads": cfg.n_heads, "methods": list(al.METHODS)}
+    for kind in MAP_KINDS:
+        payload[kind] = {"counts": counts[kind].tolist(),
+                         **summarize(al.aer_from_counts(counts[kind]), cfg.n_layers, cfg.n_heads)}
     return payload
 
 
@@ -151,14 +196,16 @@ def cli_main(argv: list[str] | None = None) -> int:
         print(f"aiayn align: {exc}", file=sys.stderr)
         return 2
     out = atomic_write_text(Path(args.checkpoint) / ALIGN_FILE, json.dumps(payload, indent=1) + "\n")
-    b = payload["best"]
-    print(f"{out}: {payload['pairs']} pairs ({len(payload['skipped'])} skipped), {payload['direction']}; best head "
-          f"layer {b['layer'] + 1} head {b['head'] + 1} ({b['method']}{', shift by one' if b['shift'] else ''}): "
-          f"AER {b['aer']:.3f} ({time.perf_counter() - t0:.1f} s)")
-    for key, r in payload["readings"].items():
-        print(f"  {key:<20} model mean {r['model_mean_aer']:.3f}  best layer mean "
-              f"{min(r['layer_mean_aer']):.3f}  best head {r['best_head']['aer']:.3f} "
-              f"(L{r['best_head']['layer'] + 1} H{r['best_head']['head'] + 1})")
+    print(f"{out}: {payload['pairs']} pairs ({len(payload['skipped'])} skipped), {payload['direction']} "
+          f"({time.perf_counter() - t0:.1f} s)")
+    for kind in MAP_KINDS:
+        b = payload[kind]["best"]
+        print(f"{kind}: best head layer {b['layer'] + 1} head {b['head'] + 1} "
+              f"({b['method']}{', shift by one' if b['shift'] else ''}): AER {b['aer']:.3f}")
+        for key, r in payload[kind]["readings"].items():
+            print(f"  {key:<20} model mean {r['model_mean_aer']:.3f}  best layer mean "
+                  f"{min(r['layer_mean_aer']):.3f}  best head {r['best_head']['aer']:.3f} "
+                  f"(L{r['best_head']['layer'] + 1} H{r['best_head']['head'] + 1})")
     return 0
 
 

@@ -31,14 +31,15 @@ def test_counts_follow_the_direction(tiny_checkpoints, gold, direction, n_target
 
     tr = Translator.load(tiny_checkpoints / direction, device="cpu")
     pairs = al.read_gold(gold)
-    counts, skipped = ae.corpus_counts(tr, pairs, direction)
-    assert skipped == []
-    assert counts.shape == (2, len(al.METHODS), tr.cfg.n_layers * tr.cfg.n_heads + tr.cfg.n_layers + 1, 4)
+    by_kind, skipped = ae.corpus_counts(tr, pairs, direction)
+    assert skipped == [] and set(by_kind) == set(ae.MAP_KINDS)
+    counts = np.stack([by_kind[k] for k in ae.MAP_KINDS])
+    assert counts.shape[1:] == (2, len(al.METHODS), tr.cfg.n_layers * tr.cfg.n_heads + tr.cfg.n_layers + 1, 4)
     target, source = al.METHODS.index("target"), al.METHODS.index("source")
     # |S| is the gold's sure links whatever the reading; "target" gives every target word one link, "source" every
     # source word one link (both sides have 12 words here, so check with a one-sided pair too below)
     assert (counts[..., 3] == sum(len(p.sure) for p in pairs)).all()
-    assert (counts[:, target, :, 2] == n_target).all() and (counts[:, source, :, 2] == n_source).all()
+    assert (counts[:, :, target, :, 2] == n_target).all() and (counts[:, :, source, :, 2] == n_source).all()
 
 
 def test_target_links_are_the_target_words(tiny_checkpoints, tmp_path):
@@ -50,7 +51,8 @@ def test_target_links_are_the_target_words(tiny_checkpoints, tmp_path):
     target = al.METHODS.index("target")
     for direction, n_target in (("en-de", 6), ("de-en", 5)):
         tr = Translator.load(tiny_checkpoints / direction, device="cpu")
-        counts, _ = ae.corpus_counts(tr, pairs, direction)
+        by_kind, _ = ae.corpus_counts(tr, pairs, direction)
+        counts = by_kind["norms"]
         assert (counts[:, target, :, 2] == n_target).all(), direction
 
 
@@ -60,12 +62,14 @@ def test_cli_writes_alignment_json(tiny_checkpoints, gold, tmp_path, capsys):
     assert ae.cli_main(["--checkpoint", str(ckpt), "--gold", str(gold)]) == 0
     payload = json.loads((ckpt / ae.ALIGN_FILE).read_text(encoding="utf-8"))
     assert payload["direction"] == "de-en" and payload["pairs"] == 2
-    aer = al.aer_from_counts(np.array(payload["counts"]))
-    for r in payload["readings"].values():
-        heads = np.array(r["head_aer"])
-        assert heads.shape == (payload["layers"], payload["heads"])
-        assert r["best_head"]["aer"] == pytest.approx(heads.min())
-    assert payload["best"]["aer"] == pytest.approx(round(float(np.nanmin(aer[..., :-payload["layers"] - 1])), 4))
+    for kind in ae.MAP_KINDS:
+        aer = al.aer_from_counts(np.array(payload[kind]["counts"]))
+        for r in payload[kind]["readings"].values():
+            heads = np.array(r["head_aer"])
+            assert heads.shape == (payload["layers"], payload["heads"])
+            assert r["best_head"]["aer"] == pytest.approx(heads.min())
+        best = round(float(np.nanmin(aer[..., :-payload["layers"] - 1])), 4)
+        assert payload[kind]["best"]["aer"] == pytest.approx(best)
     assert "best head" in capsys.readouterr().out
 
 
@@ -74,3 +78,27 @@ def test_cli_bad_gold_is_a_clear_error(tiny_checkpoints, tmp_path, capsys):
     bad.write_text("Ich bin .\tI am .\t0-7\n", encoding="utf-8")
     assert ae.cli_main(["--checkpoint", str(tiny_checkpoints / "en-de"), "--gold", str(bad)]) == 2
     assert "bad.tsv:1" in capsys.readouterr().err
+
+
+def test_cross_value_norms_match_the_decomposition(tiny_checkpoints):
+    """The norms come from the encoder output the cross-attention really reads: alpha-weighted transformed values
+    summed over heads and keys, plus W^O's bias, give the decoder's cross-attention output (checked on the last layer)."""
+    import torch
+
+    from aiayn import Translator, calls
+    from aiayn.analysis.norms import transformed_values
+
+    tr = Translator.load(tiny_checkpoints / "de-en", device="cpu")
+    src = calls.batch(tr.cfg, [calls.encode_source(tr.tokenizer, tr.cfg, "Ich habe keine Zeit.").ids])
+    got = ae.cross_value_norms(tr.model, src)
+    assert got.shape == (tr.cfg.n_layers, 1, tr.cfg.n_heads, src.shape[1])
+    with torch.inference_mode():
+        memory = tr.model.encode(src).memory[0].numpy()
+    att = tr.model.decoder_layers[-1].cross_attn
+    w_v, b_v, w_o, b_o = (t.detach().numpy() for t in (att.w_v.weight, att.w_v.bias, att.w_o.weight, att.w_o.bias))
+    f = transformed_values(memory, w_v, b_v, w_o, att.n_heads)
+    assert got[-1, 0] == pytest.approx(np.linalg.norm(f, axis=-1))
+    with torch.inference_mode():
+        out, _ = att(torch.randn(1, 2, tr.cfg.d_model), tr.model.encode(src).memory, need_weights=True)
+    rebuilt = np.einsum("hts,hsd->td", out.weights[0].numpy(), f) + b_o
+    assert rebuilt == pytest.approx(out.output[0].numpy(), abs=1e-4)
