@@ -14,7 +14,7 @@ from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.figures.rollout import rollout_layers
 from aiayn.model.maps import KIND_TITLES
 
-from aiayn.model.config import KINDS
+from aiayn.app.pickers import kind_picker, layer_picker
 MODES = ["free", "forced"]
 BOOL = ("true", "false", "True", "False", "1", "0")
 
@@ -31,10 +31,7 @@ examples = EXAMPLES[ctx.direction]
 by_sentence = {s: ref for s, ref, _ in examples}
 
 # -- inputs, all in the URL ------------------------------------------------------------------------------------
-layer_opts = [str(i) for i in range(1, L + 1)]
 ui.warn_bad_param("mode", MODES, "the mode must be free or forced")
-ui.warn_bad_param("kind", KINDS, "the kind must be encoder, decoder or cross")
-ui.warn_bad_param("layer", layer_opts, f"the layer must be 1 to {L}")
 ui.warn_bad_param("residual", lambda r: ui.is_float(r) and 0.0 <= float(r) <= 1.0, "the residual must be 0 to 1")
 ui.warn_bad_param("via_encoder", BOOL, "via_encoder must be true or false")
 
@@ -49,13 +46,9 @@ mode = c2.radio("Decoder input", MODES, key="mode", bind="query-params", horizon
                 help="Free-running: beam search, the maps of the model's output. Teacher-forced: the reference is "
                      "fed to the decoder (as in training).")
 mode = mode if mode in MODES else "free"
-kind = c2.segmented_control("Attention", KINDS, default="cross", key="kind", bind="query-params", required=True,
-                            help="encoder = encoder self-attention; decoder = masked decoder self-attention; "
-                                 "cross = encoder-decoder attention (Section 3.2.3)")
-kind = kind if kind in KINDS else "cross"
+kind = kind_picker(c2)
 c3, c4, c5 = st.columns([1, 2, 2], vertical_alignment="bottom")
-layer = c3.selectbox("Layer", layer_opts, index=L - 1, key="layer", bind="query-params")
-layer = int(layer) if layer in layer_opts else L
+layer = layer_picker(c3, L)
 residual = c4.slider("Residual weight r", 0.0, 1.0, 0.5, step=0.05, key="residual", bind="query-params",
                      help="Weight of the identity (the residual connection): A' = r·I + (1 − r)·A. The paper: 0.5. "
                           "r = 1 gives the identity, r = 0 the plain product of the head means.")
