@@ -105,6 +105,7 @@ def test_warm_start_when_the_run_is_missing(world, warm):
     assert {"config.json", "model.safetensors", "spm.model", "eval_test.json", "eval_dev.json", "MODEL_CARD.md"} <= \
         {p.name for p in cand.iterdir()}
     assert json.loads((cand / "config.json").read_text())["meta"]["step"] == 24
+    assert json.loads((cand / "eval_dev.json").read_text())["sets"]["short"]["n_pairs"] == 3  # --devsets reached it
 
 
 def test_shipped_is_never_written_without_ship(world, warm):

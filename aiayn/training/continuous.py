@@ -425,10 +425,12 @@ def _hardware(threads: int) -> str:
 
 
 def _build_candidate(plan: dict[str, Any], args: argparse.Namespace, out: Path, notes: str) -> int:
-    """Average, evaluate on the test split(s) and card into ``out/candidate`` (:mod:`.finish`, a child process)."""
+    """Average, evaluate on the test split(s) and the development sets, and card into ``out/candidate``
+    (:mod:`.finish`, a child process)."""
     cmd = [sys.executable, "-m", "aiayn.training.finish", "--run", str(plan["run"]), "--checkpoint", str(out / "candidate"),
            "--data", str(plan["data"]), "--last", str(args.last), "--device", "cpu", "--hardware", _hardware(args.threads),
-           "--notes", notes, "--no-sweep", "--threads", str(args.threads), "--status", str(out / "finish_status.json")]
+           "--notes", notes, "--no-sweep", "--threads", str(args.threads), "--status", str(out / "finish_status.json")] \
+        + (["--devsets", str(Path(args.devsets).expanduser())] if args.devsets else [])
     print("$ " + " ".join(cmd[:8]) + " ...", flush=True)
     return subprocess.run(cmd).returncode
 

@@ -63,6 +63,7 @@ def _post_parser() -> argparse.ArgumentParser:
     ap.add_argument("--deadline", type=float, default=0.0, help="Unix time after which the sweep is skipped (0: never)")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--devsets", default=None, help="development sets folder (default: assets/devsets)")
     ap.add_argument("--status", required=True)
     return ap
 
@@ -93,7 +94,8 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
         _stage(status, f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
                                                             "--device", dev, "--no-progress",
                                                             "--out", str(tmp / f"eval_{split}.json")])
-    _stage(status, "evaluate_dev", dev_main, ["--checkpoint", str(tmp), "--device", dev, "--out", str(tmp / EVAL_DEV_FILE)])
+    _stage(status, "evaluate_dev", dev_main, ["--checkpoint", str(tmp), "--device", dev, "--out", str(tmp / EVAL_DEV_FILE)]
+           + (["--devsets", args.devsets] if args.devsets else []))
     general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
     notes = _general_notes(args.notes, general)
     _stage(status, "card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
