@@ -156,17 +156,23 @@ def summarize(aer: np.ndarray, n_layers: int, n_heads: int) -> dict[str, Any]:
 
 
 def align_checkpoint(tr: "Translator", gold: str | Path = GOLD_PATH, *, direction: str | None = None) -> dict[str, Any]:
-    """The ``alignment.json`` payload of a loaded checkpoint (layers and heads 0-based).
+    """The ``alignment.json`` payload of a loaded checkpoint (layers and heads 0-based; the SHA-256 of the weights
+    and of the gold file say what it was computed from).
 
     Raises:
         ValueError: an unknown direction, a malformed gold file, no pair matched.
     """
+    from .files import sha256_file
+    from .sweep import weights_sha256
+
     direction = direction or tr.meta.get("direction")
+    weights = weights_sha256(tr.path) if tr.path is not None else None
     pairs = al.read_gold(gold)
     counts, skipped = corpus_counts(tr, pairs, direction)
     cfg = tr.cfg
     payload = {"format": ALIGN_FORMAT, "format_version": ALIGN_VERSION, "direction": direction,
-               "gold": Path(gold).name, "pairs": len(pairs) - len(skipped), "skipped": skipped,
+               "gold": Path(gold).name, "gold_sha256": sha256_file(gold), "weights_sha256": weights,
+               "pairs": len(pairs) - len(skipped), "skipped": skipped,
                "layers": cfg.n_layers, "heads": cfg.n_heads, "methods": list(al.METHODS)}
     for kind in MAP_KINDS:
         payload[kind] = {"counts": counts[kind].tolist(),

@@ -102,3 +102,14 @@ def test_cross_value_norms_match_the_decomposition(tiny_checkpoints):
         out, _ = att(torch.randn(1, 2, tr.cfg.d_model), tr.model.encode(src).memory, need_weights=True)
     rebuilt = np.einsum("hts,hsd->td", out.weights[0].numpy(), f) + b_o
     assert rebuilt == pytest.approx(out.output[0].numpy(), abs=1e-4)
+
+
+def test_payload_names_what_it_was_computed_from(tiny_checkpoints, gold):
+    from aiayn import Translator
+    from aiayn.files import sha256_file
+    from aiayn.sweep import weights_sha256
+
+    tr = Translator.load(tiny_checkpoints / "en-de", device="cpu")
+    payload = ae.align_checkpoint(tr, gold)
+    assert payload["weights_sha256"] == weights_sha256(tiny_checkpoints / "en-de")
+    assert payload["gold_sha256"] == sha256_file(gold) and payload["direction"] == "en-de"
