@@ -1,4 +1,5 @@
-"""Model FLOPs of a training step and model FLOPs utilisation (MFU) against a GPU's bf16 peak.
+"""Model FLOPs of a training step and model FLOPs utilisation (MFU) against a GPU's bf16 peak, or against this
+CPU's bf16 matmul peak measured on the spot (:func:`measure_matmul_peak`).
 
 Count (per sentence pair with S source and T target positions; D = d_model, L = N layers, V vocabulary;
 a multiply-add is 2 FLOPs; backward = 2 x forward, so a training step is 3 x the forward pass):
@@ -123,3 +124,35 @@ def mfu(flops_per_step: float, seconds_per_step: float, peak_tflops: float) -> f
     if seconds_per_step <= 0 or peak_tflops <= 0:
         raise ValueError(f"need positive seconds and peak, got {seconds_per_step!r}, {peak_tflops!r}")
     return flops_per_step / seconds_per_step / (peak_tflops * 1e12)
+
+
+#: the matmul shapes :func:`measure_matmul_peak` times: a d_model-256 FFN's W_1 over 4,096 positions, and a square
+#: 2048^3 (the largest single matmul a 2-core CPU reaches its peak on)
+PEAK_SHAPES: tuple[tuple[int, int, int], ...] = ((4096, 256, 1024), (2048, 2048, 2048))
+
+
+def measure_matmul_peak(dtype=None, *, repeats: int = 5, shapes=PEAK_SHAPES) -> dict[str, Any]:
+    """This machine's matmul peak right now: the best FLOP/s of ``repeats`` timed ``a @ b`` per shape of
+    :data:`PEAK_SHAPES` (``(m, k, n)``: ``2 m k n`` FLOPs), in ``dtype`` (default bfloat16, which oneDNN runs
+    natively on AVX512-BF16 / AMX CPUs), with torch's current thread count; one untimed call per shape first.
+
+    Returns:
+        ``{"gflops": best over shapes, "by_shape": {"MxKxN": GFLOP/s}, "dtype": str, "threads": int}``.
+    """
+    import time
+
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    by_shape: dict[str, float] = {}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        a @ b
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        by_shape[f"{m}x{k}x{n}"] = 2 * m * k * n / best / 1e9
+    return {"gflops": max(by_shape.values()), "by_shape": by_shape, "dtype": str(dtype).replace("torch.", ""),
+            "threads": torch.get_num_threads()}

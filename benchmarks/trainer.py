@@ -83,6 +83,23 @@ def collate_c914517(idx, src_ids, tgt_ids, cfg):
     return src, dec_in, tgt
 
 
+def collate_pad_ids(idx, src_ids, tgt_ids, cfg):
+    """The list collate the loop used before the loader (``pad_ids`` per side, then the shifted decoder input in
+    numpy); :func:`aiayn.training.pipeline.collate` now goes through the loader's one collate. Kept here only as
+    a "before"."""
+    from aiayn.data.batching import pad_ids
+
+    src = pad_ids([src_ids[i] for i in idx], cfg.pad_id)
+    tgt_rows = [tgt_ids[i] for i in idx]
+    tgt = pad_ids(tgt_rows, cfg.pad_id)
+    lengths = np.fromiter((len(t) for t in tgt_rows), dtype=np.int64, count=len(tgt_rows))
+    dec_in = np.empty_like(tgt)
+    dec_in[:, 0] = cfg.decoder_start_id
+    dec_in[:, 1:] = tgt[:, :-1]
+    dec_in[np.arange(tgt.shape[1]) >= np.maximum(lengths, 1)[:, None]] = cfg.pad_id
+    return torch.from_numpy(src), torch.from_numpy(dec_in), torch.from_numpy(tgt)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -93,7 +110,7 @@ def measure_pipeline(data_dir: Path, device: str, *, epochs: int, before_epochs:
     from aiayn.model.config import TransformerConfig
     from aiayn.tokenizer import Tokenizer
     from aiayn.training.loader import BatchLoader, load_pairs
-    from aiayn.training.pipeline import collate, encode_pairs, load_split, step_groups
+    from aiayn.training.pipeline import encode_pairs, load_split, step_groups
     from aiayn.training.recipe import TrainConfig
 
     dev = torch.device(device)
@@ -128,7 +145,7 @@ def measure_pipeline(data_dir: Path, device: str, *, epochs: int, before_epochs:
         n_tok_epoch = n_tok
         del last
     old_tps: dict[str, list[float]] = {"head": [], "c914517": []}
-    for name, fn in (("head", collate), ("c914517", collate_c914517)):
+    for name, fn in (("head", collate_pad_ids), ("c914517", collate_c914517)):
         for epoch in range(before_epochs):
             _sync(dev)
             t0 = time.perf_counter()
@@ -157,7 +174,9 @@ def flops_per_target_token(tc, cfg, tokenizer) -> float:
     data_dir = Path(tc.data_dir)
     data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
                       upsample=tc.upsample_sentences, log=lambda m: None)
-    m = tc.pad_multiple
+    from aiayn.training.loop import pad_multiple_for
+
+    m = pad_multiple_for(tc, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     flops = n_tok = 0
     for group in step_groups(tc, data.src_lengths, data.tgt_lengths, 0):
         for b in group:
@@ -189,7 +208,8 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
     tc = TrainConfig(str(data_dir), str(run_dir), preset=spec["preset"], model_overrides=dict(spec["overrides"]),
                      max_tokens=int(spec["max_tokens"]), accumulation=1, warmup_steps=4000, max_steps=int(spec["steps"]),
                      valid_every=10 * int(spec["log_every"]), valid_bleu_sentences=0, save_every=10**9, keep=1,
-                     compile=bool(spec.get("compile")), threads=int(spec.get("threads", 0)), record_attention=False)
+                     compile=bool(spec.get("compile")), threads=int(spec.get("threads", 0)), record_attention=False,
+                     **dict(spec.get("recipe") or {}))
     t0 = time.perf_counter()
     train(tc, log=lambda m: None)
     wall = time.perf_counter() - t0
@@ -202,6 +222,8 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
                            "wall_s": wall, "steps": tc.max_steps, "compile": tc.compile, "d_model": cfg.d_model,
                            "n_layers": cfg.n_layers, "vocab_size": cfg.vocab_size, "max_tokens": tc.max_tokens,
                            "device": "cuda" if torch.cuda.is_available() else "cpu", "mfu": None}
+    if spec.get("flops"):
+        out["flops_per_target_token"] = flops_per_target_token(tc, cfg, tok)
     if torch.cuda.is_available():
         gpu = torch.cuda.get_device_name(0)
         peak = spec.get("peak_tflops") or gpu_bf16_peak_tflops(gpu)
@@ -209,6 +231,65 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
         if peak:
             out["mfu"] = out["flops_per_target_token"] * out["tokens_per_s"] / (peak * 1e12)
     return out
+
+
+#: the CPU loop before the speed work, as settings of today's loop: float32 forward, PyTorch's per-tensor Adam, batch
+#: widths rounded up to a multiple of 8
+OLD_CPU_LOOP = {"amp_cpu": False, "adam_impl": "loop", "pad_multiple": 8}
+
+
+def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> dict[str, Any]:
+    """The old CPU loop (:data:`OLD_CPU_LOOP`) and the default loop, each :func:`measure_loop` on ``spec``, alternated
+    in this process (old-new, then new-old, ...: a trend in the machine's load hits both), with this CPU's bf16
+    matmul peak (:func:`benchmarks.flops.measure_matmul_peak`) measured before every round and at the end.
+
+    Returns the per-round results, ``old`` / ``new`` (mean over rounds of each run's median tok/s), ``speedup``
+    (new / old), ``peak_gflops`` (the best peak seen: the share below is then a lower bound),
+    ``flops_per_target_token`` (padded shapes the default loop trained on), ``gflops`` and ``peak_share``.
+    """
+    from .flops import measure_matmul_peak
+
+    torch.set_num_threads(max(1, int(spec.get("threads") or torch.get_num_threads())))
+    res: dict[str, list] = {"old": [], "new": [], "peaks": []}
+    for r in range(rounds):
+        res["peaks"].append(measure_matmul_peak())
+        order = (("old", OLD_CPU_LOOP), ("new", {})) if r % 2 == 0 else (("new", {}), ("old", OLD_CPU_LOOP))
+        for name, recipe in order:
+            log(f"[trainer] cpu loop {name}, round {r + 1} of {rounds}")
+            run = dict(spec, run_dir=f"{spec['run_dir']}-{name}{r}", recipe=recipe, flops=name == "new" and r == 0)
+            res[name].append(measure_loop(run))
+    res["peaks"].append(measure_matmul_peak())
+    old = float(np.mean([x["tokens_per_s"] for x in res["old"]]))
+    new = float(np.mean([x["tokens_per_s"] for x in res["new"]]))
+    peak = max(x["gflops"] for x in res["peaks"])
+    fpt = res["new"][0]["flops_per_target_token"]
+    return dict(res, old_tokens_per_s=old, new_tokens_per_s=new, speedup=new / old, peak_gflops=peak,
+                flops_per_target_token=fpt, gflops=new * fpt / 1e9, peak_share=new * fpt / 1e9 / peak, rounds=rounds)
+
+
+def _speedup_rows(res: dict[str, Any]) -> list:
+    from .report import Row
+
+    new0 = res["new"][0]
+    shape = (f"d_model {new0['d_model']}, N {new0['n_layers']}, V {new0['vocab_size']}, {new0['max_tokens']:,}-token steps, "
+             f"{len(res['new'])} round(s) alternated")
+    per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
+    peaks = ", ".join(f"{x['gflops']:,.0f}" for x in res["peaks"])
+    return [
+        Row("trainer.cpu.loop_old", "trainer", "cpu", "training loop, before (fp32, per-tensor Adam, widths x8)",
+            res["old_tokens_per_s"], "tok/s", f"{shape}; per round {per('old')}", {"old": res["old"]}),
+        Row("trainer.cpu.loop", "trainer", "cpu", "training loop", res["new_tokens_per_s"], "tok/s",
+            f"the default loop (bf16 where native, fused Adam, widths x1), same data; per round {per('new')}", {"new": res["new"]}),
+        Row("trainer.cpu.loop_speedup", "trainer", "cpu", "training loop speed-up", res["speedup"], "x",
+            "default loop over the old fp32 eager loop, same data, same run (mean of each run's median record)"),
+        Row("trainer.cpu.bf16_peak", "trainer", "cpu", "bf16 matmul peak (this run)", res["peak_gflops"], "GFLOP/s",
+            f"best a @ b of {', '.join(res['peaks'][0]['by_shape'])}, {res['peaks'][0]['threads']} threads; before each round "
+            f"and at the end: {peaks}", {"peaks": res["peaks"]}),
+        Row("trainer.cpu.loop_flops", "trainer", "cpu", "training loop FLOP/s", res["gflops"], "GFLOP/s",
+            f"{res['flops_per_target_token'] / 1e6:.1f} MFLOP per target token (benchmarks/flops.py, padded shapes trained on)"),
+        Row("trainer.cpu.loop_peak_share", "trainer", "cpu", "training loop, share of the bf16 matmul peak", res["peak_share"],
+            "fraction", "FLOP/s of the loop over the best bf16 matmul of the same run (goal 0.5)"),
+    ]
 
 
 def _loop_in_worker(spec: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str]:
@@ -281,13 +362,12 @@ def run(ctx) -> list:
             ]
             threads = ctx.threads
             if device == "cpu":
-                ctx.log("[trainer] cpu training loop")
                 spec = dict(data_dir=str(data_dir), run_dir=str(root / "run-cpu"), device="cpu", threads=threads,
                             preset="tiny" if q else "base",
                             overrides={} if q else dict(d_model=256, n_heads=8, d_ff=1024, n_layers=3),
-                            max_tokens=1024 if q else 2048, steps=12 if q else 24, log_every=3 if q else 4, compile=False)
+                            max_tokens=1024 if q else 2048, steps=8 if q else 10, log_every=2 if q else 2, compile=False)
                 try:
-                    rows += _loop_row("cpu", "loop", "training loop", measure_loop(spec))
+                    rows += _speedup_rows(measure_speedup(spec, 1 if q else 2, log=ctx.log))
                 except Exception as exc:  # a failure must not lose the other rows
                     rows.append(na("trainer.cpu.loop", "trainer", "cpu", "training loop", "tok/s", f"{type(exc).__name__}: {exc}"))
             else:

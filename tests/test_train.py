@@ -447,7 +447,8 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
     ddp = tmp_path / "ddp"
     common = dict(max_tokens=256, warmup_steps=4, max_steps=steps, model_overrides={"dropout": 0.0}, save_every=steps,
                   valid_every=10)
-    train(tiny_tc(tiny_data, single, accumulation=2, **common), log=QUIET)
+    # float32 in both (amp_cpu False): this compares summation orders, and bf16 rounding would swamp the tolerance
+    train(tiny_tc(tiny_data, single, accumulation=2, amp_cpu=False, **common), log=QUIET)
 
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -456,7 +457,7 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
            "-m", "aiayn", "train", "--data", str(tiny_data), "--run-dir", str(ddp), "--direction", "en-de",
            "--preset", "tiny", "--set", "dropout=0.0", "--max-tokens", "256", "--accumulation", "1",
            "--warmup-steps", "4", "--max-steps", str(steps), "--valid-every", "10", "--valid-bleu-sentences", "0",
-           "--save-every", str(steps), "--keep", "5", "--threads", "1", "--seed", "7",
+           "--save-every", str(steps), "--keep", "5", "--threads", "1", "--seed", "7", "--no-amp-cpu",
            "--token-cache", str(tmp_path / "token_cache")]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -533,9 +534,93 @@ def test_autocast_for_picks_bf16_only_where_asked():
     w = torch.randn(8, 3)
     with autocast_for(TrainConfig("", "", amp_cpu=True), cpu):
         assert (x @ w).dtype == torch.bfloat16
-    for tc in (TrainConfig("", ""), TrainConfig("", "", amp_cpu=True, amp=False)):  # default, and --no-amp wins
+    for tc in (TrainConfig("", "", amp_cpu=False), TrainConfig("", "", amp_cpu=True, amp=False)):  # --no-amp-cpu, --no-amp wins
         with autocast_for(tc, cpu):
             assert (x @ w).dtype == torch.float32
+
+
+@pytest.mark.parametrize("pays_off", [False, True])
+def test_the_default_cpu_precision_follows_the_measurement(monkeypatch, pays_off):
+    """amp_cpu None (the default): bf16 exactly where cpu_bf16_pays_off says bf16 matmuls are faster here."""
+    from aiayn.training import loop
+
+    monkeypatch.setattr(loop, "cpu_bf16_pays_off", lambda *a, **k: pays_off)
+    tc = TrainConfig("", "")
+    assert tc.amp_cpu is None
+    with loop.autocast_for(tc, torch.device("cpu")):
+        assert (torch.randn(4, 8) @ torch.randn(8, 3)).dtype == (torch.bfloat16 if pays_off else torch.float32)
+    assert loop.resolve_amp_cpu(tc, torch.device("cpu")).amp_cpu is pays_off
+    assert loop.resolve_amp_cpu(TrainConfig("", "", amp_cpu=not pays_off), torch.device("cpu")).amp_cpu is (not pays_off)
+
+
+def test_cpu_bf16_pays_off_needs_native_bf16(monkeypatch):
+    from aiayn.training import loop
+
+    loop.cpu_bf16_pays_off.cache_clear()
+    monkeypatch.setattr(loop, "cpu_bf16_supported", lambda: False)
+    try:
+        assert loop.cpu_bf16_pays_off(8, 16, 32, 1) is False
+    finally:
+        loop.cpu_bf16_pays_off.cache_clear()
+
+
+def test_a_run_stores_its_precision_and_a_resume_keeps_it(tiny_data, tmp_path, monkeypatch):
+    """The default precision is decided once, stored in train_config.json, and a resume (even where the
+    measurement would now say otherwise) keeps it: the resumed steps equal those of the uninterrupted run."""
+    from aiayn.training import loop
+
+    monkeypatch.setattr(loop, "cpu_bf16_pays_off", lambda *a, **k: True)
+    full, part = tmp_path / "full", tmp_path / "part"
+    train(tiny_tc(tiny_data, full, max_steps=6, save_every=3, valid_every=10), log=QUIET)
+    train(tiny_tc(tiny_data, part, max_steps=3, save_every=3, valid_every=10), log=QUIET)
+    assert json.loads((part / "train_config.json").read_text())["amp_cpu"] is True
+    monkeypatch.setattr(loop, "cpu_bf16_pays_off", lambda *a, **k: False)
+    train(tiny_tc(tiny_data, part, max_steps=6, save_every=3, valid_every=10), resume=True, log=QUIET)
+    changes = [json.loads(ln) for ln in (part / "config_changes.jsonl").read_text().splitlines()]
+    assert [sorted(c["changed"]) for c in changes] == [["max_steps"]]  # the precision is not among them
+    wa, wb = weights(list_states(full)[-1]), weights(list_states(part)[-1])
+    for k in wa:
+        np.testing.assert_array_equal(wb[k], wa[k], err_msg=k)
+
+
+@pytest.mark.parametrize("impl", ["fused", "foreach"])
+def test_adam_implementations_make_the_same_update(impl):
+    """make_optimizer's fused and foreach Adam against PyTorch's per-tensor loop: same update rule, three steps."""
+    from aiayn import Transformer, TransformerConfig
+    from aiayn.training.loop import make_optimizer
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig.preset("tiny", vocab_size=50, dropout=0.0)
+    models = {k: Transformer(cfg) for k in ("loop", impl)}
+    models[impl].load_state_dict(models["loop"].state_dict())
+    init = {n: t.clone() for n, t in models["loop"].state_dict().items()}
+    # eps 1e-3, not the paper's 1e-9: W^K's bias has no true gradient (softmax ignores a shift), and Adam at eps 1e-9
+    # would blow its rounding noise, which differs between implementations, up to full-size steps
+    opts = {k: make_optimizer(m, TrainConfig("", "", adam_impl=k, adam_eps=1e-3)) for k, m in models.items()}
+    src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 5))
+    for _ in range(3):
+        for k, m in models.items():
+            opts[k].zero_grad()
+            for g in opts[k].param_groups:
+                g["lr"] = 1e-2
+            m(src, tgt).float().square().mean().backward()
+            opts[k].step()
+    a, b = models["loop"].state_dict(), models[impl].state_dict()
+    assert max(float((a[n] - init[n]).abs().max()) for n in a) > 1e-3  # the steps moved the weights
+    for n in a:
+        torch.testing.assert_close(b[n], a[n], rtol=1e-5, atol=1e-6, msg=n)
+    with pytest.raises(ValueError, match="adam_impl"):
+        make_optimizer(models["loop"], TrainConfig("", "", adam_impl="sgd"))
+
+
+def test_batch_widths_are_rounded_only_where_it_pays():
+    from aiayn.training.loop import pad_multiple_for
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert pad_multiple_for(TrainConfig("", ""), cpu) == 1  # eager CPU: padding is only lost work
+    assert pad_multiple_for(TrainConfig("", "", compile=True), cpu) == 8
+    assert pad_multiple_for(TrainConfig("", ""), cuda) == 8
+    assert pad_multiple_for(TrainConfig("", "", pad_multiple=4), cpu) == 4
 
 
 def test_amp_cpu_run_trains_in_bf16_and_keeps_float32_state(tiny_data, tmp_path):
@@ -731,18 +816,20 @@ def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
 
 def test_a_step_reads_nothing_back_from_the_device(tiny_data, tmp_path, monkeypatch):
     """The loop reads a tensor's value (``.item()``, ``float()``, ``int()``, ``bool()``) only when it writes a
-    metrics record: 12 steps with a record every 4 steps give exactly 3 reads in ``train`` (on a GPU each read
+    metrics record: 12 steps with a record every 4 steps give exactly 3 reads in ``train`` and its step functions (on a GPU each read
     would wait for the queued work). Before the loader there were 2 reads per step (``n_tok.item()`` and
     ``float(loss)`` per micro-batch)."""
     import aiayn.training.loop as loop_mod
 
+    # train and the functions its steps run through (validation, at the last step, is not a step)
+    STEP_FUNCTIONS = {"train", "_train_epoch", "_train_step", "_out_of_time", "_record"}
     reads = []
     for name in ("item", "__float__", "__int__", "__bool__"):
         original = getattr(torch.Tensor, name)
 
         def counted(self, *a, _original=original, _name=name, **k):
             caller = sys._getframe(1).f_code
-            if caller.co_filename == loop_mod.__file__ and caller.co_name == "train":
+            if caller.co_filename == loop_mod.__file__ and caller.co_name in STEP_FUNCTIONS:
                 reads.append((_name, sys._getframe(1).f_lineno))
             return _original(self, *a, **k)
 

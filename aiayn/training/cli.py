@@ -17,7 +17,7 @@ import torch.distributed as dist
 from .export import export
 from .loop import train
 from .pipeline import rank_and_world
-from .recipe import TrainConfig
+from .recipe import ADAM_IMPLS, TrainConfig
 from .state import WarmStartError, list_states
 
 
@@ -45,14 +45,16 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
-               ("token_cache", str), ("residual_init_scale", float)]
+               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str)]
 
 #: Help text of the flags whose name alone does not say enough.
 FLAG_HELP = {
-    "pad_multiple": "round batch widths up to a multiple of this, so shapes repeat (torch.compile, GPU kernels); ",
+    "pad_multiple": "round batch widths up to a multiple of this, so shapes repeat (torch.compile, GPU kernels; "
+                    "unset: 8 on CUDA or with --compile, 1 on CPU eager, where padding is only lost work); ",
     "residual_init_scale": "at a fresh start, multiply the initial W_V, W_O and W_2 by this (e.g. 0.38 = (8N)^-1/4 for "
                            "N = 6: post-LN at depth 6 then trains; docs/training.md); ",
     "prefetch": "steps collated ahead by a loader thread (0: in the training thread); ",
+    "adam_impl": "Adam's implementation: fused (one kernel per parameter), foreach or loop (same update rule); ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",
 }
@@ -86,8 +88,10 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
         raise ValueError("no data directory: give --data DIR (a resumed run uses the one it was trained on)")
     if not 0 < float(base["residual_init_scale"]) < float("inf"):
         raise ValueError(f"--residual-init-scale must be a positive number, got {base['residual_init_scale']}")
-    if int(base["pad_multiple"]) < 1 or int(base["prefetch"]) < 0:
+    if (base["pad_multiple"] is not None and int(base["pad_multiple"]) < 1) or int(base["prefetch"]) < 0:
         raise ValueError(f"--pad-multiple must be >= 1 and --prefetch >= 0, got {base['pad_multiple']} and {base['prefetch']}")
+    if base["adam_impl"] not in ADAM_IMPLS:
+        raise ValueError(f"--adam-impl must be one of {', '.join(ADAM_IMPLS)}, got {base['adam_impl']!r}")
     return TrainConfig(**base)
 
 
@@ -116,7 +120,8 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model (default off)")
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast on CUDA (default on)")
     ap.add_argument("--amp-cpu", action=argparse.BooleanOptionalAction, default=None,
-                    help="bf16 autocast on CPU too (faster steps on AVX512-BF16/AMX CPUs, docs/benchmarks.md; default off)")
+                    help="bf16 autocast on CPU too (default: on where oneDNN runs bf16 natively, AVX512-BF16/AMX, "
+                         "docs/training.md; --no-amp-cpu keeps float32)")
     ap.add_argument("--record-attention", action=argparse.BooleanOptionalAction, default=None,
                     help="record the attention of a few curated sentences at every saved state into "
                          "attention_history.safetensors (the explorer's 'Across training' tab; default on)")

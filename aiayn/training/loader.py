@@ -6,9 +6,10 @@ sentence):
   cache entry is never stale: a new vocabulary or new data gives a new key. Filtering by ``max_len``, the
   direction and ``upsample_sentences`` are applied at load time (cheap index arithmetic), so one entry serves
   both directions and every ``max_len``.
-* :func:`collate_examples`: one batch as padded ``(B, S)`` / ``(B, T)`` int64 tensors in one vectorised pass,
-  widths rounded up to a multiple of ``pad_multiple`` (8: shapes repeat, which ``torch.compile`` and the GPU
-  kernels like), decoder input ``BOS + y[:-1]`` as :func:`aiayn.training.pipeline.collate`.
+* :func:`collate_buffer` / :func:`collate_examples`: one batch as padded ``(B, S)`` / ``(B, T)`` int64 tensors in one
+  vectorised pass, widths rounded up to a multiple of ``pad_multiple`` (8: shapes repeat, which ``torch.compile``
+  and the GPU kernels like), decoder input ``BOS + y[:-1]``; the package's one training collate
+  (:func:`aiayn.training.pipeline.collate` of id lists goes through it).
 * :class:`BatchLoader`: a thread that collates the next steps' micro-batches ahead of the training step,
   into pinned memory on CUDA, so the step only issues a non-blocking host-to-device copy.
 """
@@ -61,6 +62,24 @@ class PairIds:
 
     def __len__(self) -> int:
         return len(self.src_lengths)
+
+    @classmethod
+    def from_lists(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> "PairIds":
+        """Id rows already ending in EOS (:func:`.pipeline.encode_pairs`' form) as flat arrays, in memory.
+
+        Raises:
+            ValueError: ``src_ids`` and ``tgt_ids`` differ in length.
+        """
+        if len(src_ids) != len(tgt_ids):
+            raise ValueError(f"{len(src_ids)} source rows but {len(tgt_ids)} target rows")
+
+        def flat(rows):
+            lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+            starts = np.zeros(len(rows), dtype=np.int64)
+            np.cumsum(lengths[:-1], out=starts[1:])
+            return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum())), starts, lengths
+
+        return cls(*flat(src_ids), *flat(tgt_ids))
 
     def lists(self) -> tuple[list[list[int]], list[list[int]]]:
         """``(src_ids, tgt_ids)`` as lists of lists, the form :func:`.pipeline.encode_pairs` returns."""
@@ -237,9 +256,8 @@ def split_buffer(buf: torch.Tensor, shape: tuple[int, int, int]) -> tuple[torch.
 def collate_examples(data: PairIds, idx: Sequence[int] | np.ndarray, *, pad_id: int, bos_id: int, multiple: int = 8,
                      max_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Examples ``idx`` of ``data`` as ``(src (B, S), decoder input (B, T), target (B, T))`` int64 CPU tensors,
-    padded with ``pad_id``; the decoder input is ``bos_id`` + ``y[:-1]`` (Section 3.1). With ``multiple=1`` the
-    same tensors as :func:`aiayn.training.pipeline.collate`; otherwise S and T are rounded up (see
-    :func:`collate_buffer`)."""
+    padded with ``pad_id``; the decoder input is ``bos_id`` + ``y[:-1]`` (Section 3.1). With ``multiple=1`` S and
+    T are the longest source and target; otherwise they are rounded up (see :func:`collate_buffer`)."""
     buf, shape = collate_buffer(data, idx, pad_id=pad_id, bos_id=bos_id, multiple=multiple, max_width=max_width)
     return split_buffer(buf, shape)
 

@@ -8,10 +8,11 @@ exact ``--resume``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
 from .loader import BatchLoader, load_pairs
 from .pipeline import load_split, rank_and_world, step_groups
-from .recipe import TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
+from .recipe import ADAM_IMPLS, TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
 from .state import (describe_hardware, init_weights_from, list_states, load_state_into, record_config_change,
                     record_run_start, save_state, truncate_metrics)
 
@@ -86,18 +87,74 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
             "valid_samples": list(zip(src[:3], hyps[:3]))}
 
 
-def autocast_for(tc: TrainConfig, device: torch.device):
-    """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32).
+def cpu_bf16_supported() -> bool:
+    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16 or AMX; ``torch.ops.mkldnn``'s own check)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
 
-    bf16 autocast on CUDA when ``tc.amp``; on CPU only when ``tc.amp_cpu`` as well (oneDNN runs the matmuls in
-    bf16 on CPUs with AVX512-BF16 or AMX: faster steps on the project's 2-core AMD EPYC, measured in
-    docs/benchmarks.md). Otherwise a disabled autocast, i.e. float32 throughout.
+
+@functools.lru_cache(maxsize=None)
+def cpu_bf16_pays_off(d_model: int = 256, d_ff: int = 1024, rows: int = 2048, repeats: int = 6) -> bool:
+    """Whether bf16 autocast is worth it on this CPU: native bf16 (:func:`cpu_bf16_supported`) AND a bf16 matmul of
+    an FFN's shape ``(rows x d_model) @ (d_model x d_ff)`` at least 1.25x faster than float32, timed here with
+    torch's current threads (best of ``repeats``, the two alternated so that load hits both). Native support is
+    not enough: on one AVX512-BF16 VM of this project oneDNN's bf16 kernel ran at half MKL's float32 speed
+    (docs/training.md). Measured once per process and shape (about 0.1-0.5 s)."""
+    if not cpu_bf16_supported():
+        return False
+    a, b = torch.randn(rows, d_model), torch.randn(d_model, d_ff)
+    pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    best = dict.fromkeys(pairs, float("inf"))
+    for i in range(repeats + 1):
+        for dtype, (x, w) in pairs.items():
+            t0 = time.perf_counter()
+            x @ w
+            if i:  # the first round only warms the kernels up
+                best[dtype] = min(best[dtype], time.perf_counter() - t0)
+    return best[torch.bfloat16] * 1.25 <= best[torch.float32]
+
+
+def resolve_amp_cpu(tc: TrainConfig, device: torch.device, d_model: int = 256, d_ff: int = 1024) -> TrainConfig:
+    """``tc`` with ``amp_cpu`` decided when it is None (the default): :func:`cpu_bf16_pays_off` for the model's
+    widths on a CPU, False elsewhere. The run stores the decision in ``train_config.json``, so a resumed run keeps
+    the precision it started with."""
+    if tc.amp_cpu is not None:
+        return tc
+    return replace(tc, amp_cpu=device.type == "cpu" and tc.amp and cpu_bf16_pays_off(d_model, d_ff))
+
+
+def autocast_enabled(tc: TrainConfig, device: torch.device) -> bool:
+    """Whether the training forward pass runs under bf16 autocast: on CUDA when ``tc.amp``; on CPU when ``tc.amp``
+    and ``tc.amp_cpu`` (None, undecided: when :func:`cpu_bf16_pays_off`)."""
+    if not tc.amp:
+        return False
+    if device.type == "cuda":
+        return True
+    if device.type == "cpu":
+        return cpu_bf16_pays_off() if tc.amp_cpu is None else bool(tc.amp_cpu)
+    return False
+
+
+def autocast_for(tc: TrainConfig, device: torch.device):
+    """The mixed-precision context of the training forward pass (weights, optimizer and loss stay float32):
+    bf16 autocast where :func:`autocast_enabled`, else a disabled autocast, i.e. float32 throughout. On CPUs
+    with native bf16 the matmuls then run in oneDNN's bf16 kernels (docs/training.md, "A training loop near the
+    CPU's peak", has the measured speed-up).
     """
-    if tc.amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    if tc.amp and tc.amp_cpu and device.type == "cpu":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if autocast_enabled(tc, device):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return torch.autocast(device.type if device.type in ("cpu", "cuda") else "cpu", enabled=False)
+
+
+def pad_multiple_for(tc: TrainConfig, device: torch.device) -> int:
+    """The multiple batch widths are rounded up to: ``tc.pad_multiple`` when set, else 8 on CUDA or under
+    ``torch.compile`` (shapes repeat: fewer recompilations, aligned kernels) and 1 on CPU in eager mode, where a
+    padded position is only lost work (on short-sentence data a third of the target positions at 8)."""
+    if tc.pad_multiple is not None:
+        return tc.pad_multiple
+    return 8 if (device.type != "cpu" or tc.compile) else 1
 
 
 def setup_distributed() -> torch.device:
@@ -113,6 +170,199 @@ def setup_distributed() -> torch.device:
     return torch.device("cpu")
 
 
+def make_optimizer(model: Transformer, tc: TrainConfig) -> torch.optim.Adam:
+    """Adam with the paper's betas and eps (Section 5.3; the learning rate is set every step, Equation 3), in the
+    implementation ``tc.adam_impl`` names: ``"fused"`` (one kernel per parameter for the whole update, on CPU and
+    CUDA), ``"foreach"`` (a few multi-tensor ops) or ``"loop"`` (PyTorch's per-tensor reference loop). The same
+    update rule either way; the state (step, exp_avg, exp_avg_sq) is the same, so a run may resume with another.
+
+    Raises:
+        ValueError: an unknown ``tc.adam_impl``.
+    """
+    if tc.adam_impl not in ADAM_IMPLS:
+        raise ValueError(f"adam_impl must be one of {ADAM_IMPLS}, got {tc.adam_impl!r}")
+    kind = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[tc.adam_impl]
+    return torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps, **kind)
+
+
+def _build_model(tc: TrainConfig, tokenizer, device: torch.device) -> tuple[TransformerConfig, Transformer]:
+    """The model of ``tc`` (preset + overrides, vocabulary size from the tokenizer), seeded by ``tc.seed``."""
+    overrides = dict(tc.model_overrides)
+    overrides.setdefault("vocab_size", tokenizer.vocab_size)
+    overrides.setdefault("max_len", max(256, tc.max_len + 2))
+    cfg = TransformerConfig.preset(tc.preset, **overrides)
+    torch.manual_seed(tc.seed)
+    return cfg, Transformer(cfg).to(device)
+
+
+def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
+    """Restore the run's last state into ``run`` (``resume``), or start fresh (warm start, residual scaling, the
+    run's files); returns whether a state was resumed. Raises FileExistsError (states but no ``resume``)."""
+    run_dir, data_dir, rank = run.run_dir, Path(tc.data_dir).expanduser(), run.rank
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    states = list_states(run_dir)
+    if states and not resume:
+        raise FileExistsError(f"{run_dir} already holds a training run (last state {states[-1].name}); pass --resume to "
+                              "continue it, or choose another run directory (nothing was changed)")
+    resumed = bool(resume and states)
+    if resumed:
+        run.state = load_state_into(states[-1], run.model, run.opt)
+        if tc.adam_impl == "fused":  # fused Adam wants its float32 step counts on the parameters' device
+            for p, st in run.opt.state.items():
+                st["step"] = st["step"].to(p.device, torch.float32)
+        log(f"resumed from {states[-1]} (step {run.state['step']}, epoch {run.state['epoch']})")
+        if rank == 0:
+            changed = record_config_change(run_dir, run.state["step"], tc)
+            if changed:
+                log("resumed with a changed configuration: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
+            dropped = truncate_metrics(run_dir / "metrics.jsonl", run.state["step"])
+            if dropped:
+                log(f"dropped {dropped} metrics records logged after step {run.state['step']} (they will be logged again)")
+    elif tc.init_from:
+        used = init_weights_from(tc.init_from, run.model, data_dir / "spm.model")
+        log(f"initialised the weights from {used} (warm start; optimizer and schedule start at step 0)")
+    elif tc.residual_init_scale != 1.0:
+        n = scale_residual_init(run.model, tc.residual_init_scale)
+        log(f"residual branches start small: {n} matrices (W_V, W_O, W_2) x {tc.residual_init_scale:g}")
+    if rank == 0 and not resumed:
+        atomic_write_text(run_dir / "train_config.json", json.dumps(asdict(tc), indent=2))
+        atomic_write_text(run_dir / "metrics.jsonl", "")
+        atomic_copy(data_dir / "spm.model", run_dir / "spm.model")
+    if rank == 0:  # lineage: the parent's runs (read now, before anything overwrites the parent) and this machine
+        record_run_start(run_dir, tc, describe_hardware(run.device, tc.threads, run.world), fresh=not resumed)
+    return resumed
+
+
+def _resolved(tc: TrainConfig, cfg: TransformerConfig, device: torch.device, *, resume: bool) -> TrainConfig:
+    """``tc`` with the CPU precision decided (:func:`resolve_amp_cpu`); a resumed run whose stored configuration
+    already decided it keeps that decision (exact resume)."""
+    stored = Path(tc.run_dir).expanduser() / "train_config.json"
+    if resume and tc.amp_cpu is None and stored.is_file():
+        try:
+            decided = json.loads(stored.read_text(encoding="utf-8")).get("amp_cpu")
+        except (OSError, ValueError, AttributeError):
+            decided = None
+        if isinstance(decided, bool):
+            return replace(tc, amp_cpu=decided)
+    return resolve_amp_cpu(tc, device, cfg.d_model, cfg.d_ff)
+
+
+@dataclass
+class _Run:
+    """What the steps of one run share: the model and its optimizer, where they run, the trainer state (step,
+    epoch, batch_in_epoch, wall_time, tokens: what a run state saves) and the current metrics window (a loss
+    sum kept on the device, read once per record)."""
+
+    tc: TrainConfig
+    cfg: TransformerConfig
+    device: torch.device
+    rank: int
+    world: int
+    run_dir: Path
+    model: Transformer
+    opt: torch.optim.Optimizer
+    fwd: Any = None
+    state: dict[str, Any] = field(default_factory=lambda: {"step": 0, "epoch": 0, "batch_in_epoch": 0, "wall_time": 0.0, "tokens": 0})
+    t_start: float = 0.0
+    window_loss: Any = None
+    window_tok: int = 0
+    window_t0: float = 0.0
+
+
+def _train_step(run: _Run, micro, n_tok_global: int) -> float:
+    """One optimizer step over this rank's micro-batches ``micro`` (gradient accumulation, Section 5.1);
+    returns the learning rate used (Equation 3). Reads nothing back from the device."""
+    tc, cfg = run.tc, run.cfg
+    lr = noam_lr(run.state["step"] + 1, cfg.d_model, tc.warmup_steps, tc.lr_scale)
+    for g in run.opt.param_groups:
+        g["lr"] = lr
+    run.opt.zero_grad(set_to_none=True)
+    # DDP averages gradients over ranks: scale so the step's gradient is the mean per target token of the
+    # global batch, the same as one process accumulating all micro-batches.
+    scale = run.world / max(n_tok_global, 1)
+    amp = autocast_for(tc, run.device)
+    for j, (s, d, t) in enumerate(micro):
+        sync = run.world == 1 or j == len(micro) - 1
+        ctx = run.fwd.no_sync() if not sync else contextlib.nullcontext()
+        with ctx, amp:
+            logits = run.fwd(s, d)
+            loss, _ = label_smoothed_loss(logits, t, tc.epsilon_ls, cfg.pad_id)
+            (loss * scale).backward()
+        run.window_loss += loss.detach()
+    run.opt.step()
+    return lr
+
+
+def _out_of_time(run: _Run, log_now: bool) -> bool:
+    """``tc.max_minutes`` spent? Under DDP the ranks agree (an all-reduce) at log steps only, or the others would
+    hang in the next all-reduce."""
+    tc = run.tc
+    out = tc.max_minutes > 0 and (time.perf_counter() - run.t_start) / 60 >= tc.max_minutes
+    if run.world > 1:
+        out = out and log_now
+        if tc.max_minutes > 0 and log_now:
+            flag = torch.tensor(float(out), device=run.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            out = bool(flag.item())
+    return out
+
+
+def _record(run: _Run, lr: float, *, validate_now: bool, bar, valid: tuple[Any, list[str], list[str]]) -> None:
+    """Close the metrics window: read the loss sum (all-reduced over ranks: every rank must call this), and on rank
+    0 append a record to ``metrics.jsonl``, with validation (:func:`validate`) when ``validate_now``."""
+    tc, step = run.tc, run.state["step"]
+    if run.world > 1:  # log the loss of the global batch, not only rank 0's share
+        dist.all_reduce(run.window_loss)
+    loss_window = float(run.window_loss.item())  # the one device read-back, once per record
+    tps = run.window_tok / max(time.perf_counter() - run.window_t0, 1e-9)
+    if run.rank == 0:
+        rec = {"step": step, "epoch": run.state["epoch"], "train_loss": loss_window / max(run.window_tok, 1),
+               "lr": lr, "tokens_per_s": tps, "wall_time": time.perf_counter() - run.t_start}
+        bar.set_postfix(loss=f"{rec['train_loss']:.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
+        if validate_now:
+            tokenizer, valid_src, valid_tgt = valid
+            v = validate(run.model, tokenizer, valid_src, valid_tgt, run.cfg, beam_size=tc.valid_beam_size,
+                         n_bleu=tc.valid_bleu_sentences, max_tokens=tc.max_tokens, device=run.device)
+            samples = v.pop("valid_samples")
+            rec.update(v)
+            bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} | "
+                      + " || ".join(f"{a} => {b}" for a, b in samples[:2]))
+        with open(run.run_dir / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+    run.window_loss.zero_()
+    run.window_tok, run.window_t0 = 0, time.perf_counter()
+
+
+def _train_epoch(run: _Run, data, groups, *, recorder, bar, valid) -> bool:
+    """The steps of the current epoch from ``state["batch_in_epoch"]`` on, with their records and saved states;
+    returns True when the run is to stop (``max_steps`` or ``max_minutes`` reached)."""
+    tc, cfg, state = run.tc, run.cfg, run.state
+    log_every = max(1, tc.valid_every // 10)
+    loader = BatchLoader(data, groups, pad_id=cfg.pad_id, bos_id=cfg.decoder_start_id, device=run.device,
+                         start=state["batch_in_epoch"], rank=run.rank, world=run.world, multiple=pad_multiple_for(tc, run.device),
+                         max_width=cfg.max_len, prefetch=tc.prefetch)
+    with loader:
+        for k, micro, n_tok_global in loader:
+            lr = _train_step(run, micro, n_tok_global)
+            step = state["step"] = state["step"] + 1
+            state["batch_in_epoch"] = k + 1
+            state["tokens"] += n_tok_global
+            run.window_tok += n_tok_global
+            bar.update(1)
+            log_now = step % log_every == 0
+            valid_now = tc.valid_every > 0 and step % tc.valid_every == 0
+            last = step >= tc.max_steps or _out_of_time(run, log_now)
+            if log_now or valid_now or last:  # every rank: the loss all-reduce needs them all
+                _record(run, lr, validate_now=valid_now or last, bar=bar, valid=valid)
+            if run.rank == 0 and (step % tc.save_every == 0 or last):
+                state["wall_time"] = time.perf_counter() - run.t_start
+                save_state(run.run_dir, run.model, run.opt, state, tc.keep, history=recorder)
+            if last:
+                return True
+    return False
+
+
 def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     """Run (or resume) training as configured; returns the run directory.
 
@@ -120,173 +370,69 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         FileExistsError: ``resume`` is False and ``run_dir`` already holds saved states (a fresh start would
             overwrite the run's metrics and mix its states with the new ones).
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
-        ValueError: ``tc.pad_multiple`` < 1 or ``tc.prefetch`` < 0 (before anything is written).
+        ValueError: ``tc.pad_multiple`` < 1, ``tc.prefetch`` < 0 or an unknown ``tc.adam_impl`` (before anything
+            is written).
 
     The training pairs come from the token cache (:func:`.loader.load_pairs`, ``tc.token_cache``), the batches
     from a loader thread (:class:`.loader.BatchLoader`, ``tc.prefetch`` steps ahead, widths rounded up to
     ``tc.pad_multiple``); a step reads nothing back from the device (the loss is read once per metrics record;
-    under DDP the ``max_minutes`` stop is agreed on at those records only). Adam is fused on CUDA.
+    under DDP the ``max_minutes`` stop is agreed on at those records only). Adam as ``tc.adam_impl`` (fused by
+    default, :func:`make_optimizer`); the forward pass in bf16 where :func:`autocast_for` says so.
 
     The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
     epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time), ``step_*/`` states and, with
     ``tc.record_attention``, ``attention_history.safetensors`` (:mod:`.history`: the curated sentences' attention
     at step 0 of a fresh run and at every saved state).
     """
-    if tc.pad_multiple < 1 or tc.prefetch < 0:
+    if (tc.pad_multiple is not None and tc.pad_multiple < 1) or tc.prefetch < 0:
         raise ValueError(f"pad_multiple must be >= 1 and prefetch >= 0, got {tc.pad_multiple} and {tc.prefetch}")
     device = setup_distributed()
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
     rank, world = rank_and_world()
-    run_dir = Path(tc.run_dir).expanduser()
     data_dir = Path(tc.data_dir).expanduser()
     tokenizer = Tokenizer.load(data_dir / "spm.model")
-    overrides = dict(tc.model_overrides)
-    overrides.setdefault("vocab_size", tokenizer.vocab_size)
-    overrides.setdefault("max_len", max(256, tc.max_len + 2))
-    cfg = TransformerConfig.preset(tc.preset, **overrides)
-    torch.manual_seed(tc.seed)
-    model = Transformer(cfg).to(device)
-    # fused Adam on CUDA: one kernel for every parameter instead of a few per tensor (same update rule)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc.adam_betas), eps=tc.adam_eps,
-                           fused=device.type == "cuda")
-    state: dict[str, Any] = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "wall_time": 0.0, "tokens": 0}
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    states = list_states(run_dir)
-    if states and not resume:
-        raise FileExistsError(f"{run_dir} already holds a training run (last state {states[-1].name}); pass --resume to "
-                              "continue it, or choose another run directory (nothing was changed)")
-    if resume and states:
-        state = load_state_into(states[-1], model, opt)
-        if device.type == "cuda":  # fused Adam wants its step counts on the parameters' device
-            for p, st in opt.state.items():
-                st["step"] = st["step"].to(p.device, torch.float32)
-        log(f"resumed from {states[-1]} (step {state['step']}, epoch {state['epoch']})")
-        if rank == 0:
-            changed = record_config_change(run_dir, state["step"], tc)
-            if changed:
-                log("resumed with a changed configuration: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
-            dropped = truncate_metrics(run_dir / "metrics.jsonl", state["step"])
-            if dropped:
-                log(f"dropped {dropped} metrics records logged after step {state['step']} (they will be logged again)")
-    else:
-        if tc.init_from:
-            used = init_weights_from(tc.init_from, model, data_dir / "spm.model")
-            log(f"initialised the weights from {used} (warm start; optimizer and schedule start at step 0)")
-        elif tc.residual_init_scale != 1.0:
-            n = scale_residual_init(model, tc.residual_init_scale)
-            log(f"residual branches start small: {n} matrices (W_V, W_O, W_2) x {tc.residual_init_scale:g}")
-    if rank == 0 and not (resume and states):
-        atomic_write_text(run_dir / "train_config.json", json.dumps(asdict(tc), indent=2))
-        atomic_write_text(run_dir / "metrics.jsonl", "")
-        atomic_copy(data_dir / "spm.model", run_dir / "spm.model")
-    if rank == 0:  # lineage: the parent's runs (read now, before anything overwrites the parent) and this machine
-        record_run_start(run_dir, tc, describe_hardware(device, tc.threads, world), fresh=not (resume and states))
+    cfg, model = _build_model(tc, tokenizer, device)
+    tc = _resolved(tc, cfg, device, resume=resume)
+    run = _Run(tc, cfg, device, rank, world, Path(tc.run_dir).expanduser(), model, make_optimizer(model, tc))
+    resumed = _start_or_resume(tc, run, resume=resume, log=log)
     # attention of a few curated sentences at every saved state (no RNG drawn, train mode restored: .history)
-    recorder = None
-    if rank == 0 and tc.record_attention:
-        recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log)
-    if recorder is not None and not (resume and states):
-        recorder.record(run_dir, model, 0)  # step 0: the initial (or warm-started) weights
+    recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log) if rank == 0 and tc.record_attention else None
+    if recorder is not None and not resumed:
+        recorder.record(run.run_dir, model, 0)  # step 0: the initial (or warm-started) weights
     cache_dir = "" if tc.token_cache == "off" else (tc.token_cache or None)
     data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
                       upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log)
-    valid_src, valid_tgt = load_split(data_dir, "valid", tc.direction)
-    log(f"{len(data)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}"
+    valid = (tokenizer, *load_split(data_dir, "valid", tc.direction))
+    log(f"{len(data)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}, "
+        f"{'bf16' if autocast_enabled(tc, device) else 'float32'} forward, Adam {tc.adam_impl}"
         + (f", token cache {data.cache_path}" if data.cache_path else ""))
     # automatic dynamic shapes: the first new batch shape recompiles once with symbolic sizes (widths are
-    # multiples of tc.pad_multiple, so few distinct shapes reach the compiled graph)
-    fwd = torch.compile(model) if tc.compile else model
+    # multiples of pad_multiple_for(), 8 when compiling, so few distinct shapes reach the compiled graph)
+    run.fwd = torch.compile(model) if tc.compile else model
     if world > 1:
-        fwd = DistributedDataParallel(fwd, device_ids=[device.index] if device.type == "cuda" else None)
-    amp = autocast_for(tc, device)
+        run.fwd = DistributedDataParallel(run.fwd, device_ids=[device.index] if device.type == "cuda" else None)
     model.train()
-    t_start = time.perf_counter() - state["wall_time"]
-    metrics_path = run_dir / "metrics.jsonl"
-    bar = tqdm(total=tc.max_steps, initial=state["step"], disable=rank != 0, dynamic_ncols=True, desc=tc.direction)
-    stop = state["step"] >= tc.max_steps  # resuming a finished run trains nothing more
+    run.t_start = time.perf_counter() - run.state["wall_time"]
+    # the loss sum of a metrics window stays on the device (float64 where supported) until a record reads it
+    run.window_loss = torch.zeros((), dtype=torch.float64 if device.type in ("cpu", "cuda") else torch.float32, device=device)
+    run.window_t0 = time.perf_counter()
+    bar = tqdm(total=tc.max_steps, initial=run.state["step"], disable=rank != 0, dynamic_ncols=True, desc=tc.direction)
+    stop = run.state["step"] >= tc.max_steps  # resuming a finished run trains nothing more
     if stop:
-        log(f"the run is already at step {state['step']} >= max_steps {tc.max_steps}: nothing to train")
-    # No device-to-host read inside a step: token counts come from the lengths on the host, the loss sum stays
-    # on the device and is read (and all-reduced across ranks) only when a metrics record is written.
-    acc_dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
-    window_loss = torch.zeros((), dtype=acc_dtype, device=device)
-    window_tok, window_t0 = 0, time.perf_counter()
-    log_every = max(1, tc.valid_every // 10)
-    while not stop and state["epoch"] < tc.max_epochs:
-        groups = step_groups(tc, data.src_lengths, data.tgt_lengths, state["epoch"], world=world)
+        log(f"the run is already at step {run.state['step']} >= max_steps {tc.max_steps}: nothing to train")
+    while not stop and run.state["epoch"] < tc.max_epochs:
+        groups = step_groups(tc, data.src_lengths, data.tgt_lengths, run.state["epoch"], world=world)
         if not groups:  # every epoch would be empty: say so instead of looping through max_epochs of nothing
             log(f"no training step: an epoch of {len(data)} pairs holds fewer micro-batches of --max-tokens "
                 f"{tc.max_tokens} than one step needs (--tokens-per-step {tc.tokens_per_step}, --accumulation "
                 f"{tc.accumulation}, world {world}); lower --tokens-per-step or set --accumulation")
             break
-        loader = BatchLoader(data, groups, pad_id=cfg.pad_id, bos_id=cfg.decoder_start_id, device=device,
-                             start=state["batch_in_epoch"], rank=rank, world=world, multiple=tc.pad_multiple,
-                             max_width=cfg.max_len, prefetch=tc.prefetch)
-        with loader:
-            for k, micro, n_tok_global in loader:
-                step = state["step"] + 1
-                lr = noam_lr(step, cfg.d_model, tc.warmup_steps, tc.lr_scale)
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                opt.zero_grad(set_to_none=True)
-                # DDP averages gradients over ranks: scale so the step's gradient is the mean per target token
-                # of the global batch, the same as one process accumulating all micro-batches.
-                scale = world / max(n_tok_global, 1)
-                for j, (s, d, t) in enumerate(micro):
-                    sync = world == 1 or j == len(micro) - 1
-                    ctx = fwd.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
-                    with ctx, amp:
-                        logits = fwd(s, d)
-                        loss, _ = label_smoothed_loss(logits, t, tc.epsilon_ls, cfg.pad_id)
-                        (loss * scale).backward()
-                    window_loss += loss.detach()
-                opt.step()
-                state["step"] = step
-                state["batch_in_epoch"] = k + 1
-                state["tokens"] += n_tok_global
-                window_tok += n_tok_global
-                bar.update(1)
-                log_now = step % log_every == 0
-                valid_now = tc.valid_every > 0 and step % tc.valid_every == 0
-                out_of_time = tc.max_minutes > 0 and (time.perf_counter() - t_start) / 60 >= tc.max_minutes
-                if world > 1:  # ranks must agree on stopping, or the others hang in all_reduce; agreed at log steps only
-                    out_of_time = out_of_time and log_now
-                    if tc.max_minutes > 0 and log_now:
-                        flag = torch.tensor(float(out_of_time), device=device)
-                        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                        out_of_time = bool(flag.item())
-                last = step >= tc.max_steps or out_of_time
-                if log_now or valid_now or last:  # every rank: the loss all-reduce needs them all
-                    if world > 1:  # log the loss of the global batch, not only rank 0's share
-                        dist.all_reduce(window_loss)
-                    loss_window = float(window_loss.item())  # the one device read-back, once per record
-                    tps = window_tok / max(time.perf_counter() - window_t0, 1e-9)
-                    if rank == 0:
-                        rec = {"step": step, "epoch": state["epoch"], "train_loss": loss_window / max(window_tok, 1),
-                               "lr": lr, "tokens_per_s": tps, "wall_time": time.perf_counter() - t_start}
-                        bar.set_postfix(loss=f"{rec['train_loss']:.3f}", tok_s=f"{tps:,.0f}", lr=f"{lr:.2e}")
-                        if valid_now or last:
-                            v = validate(model, tokenizer, valid_src, valid_tgt, cfg, beam_size=tc.valid_beam_size,
-                                         n_bleu=tc.valid_bleu_sentences, max_tokens=tc.max_tokens, device=device)
-                            samples = v.pop("valid_samples")
-                            rec.update(v)
-                            bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} | " + " || ".join(f"{a} => {b}" for a, b in samples[:2]))
-                        with open(metrics_path, "a") as fh:
-                            fh.write(json.dumps(rec) + "\n")
-                    window_loss.zero_()
-                    window_tok, window_t0 = 0, time.perf_counter()
-                if rank == 0 and (step % tc.save_every == 0 or last):
-                    state["wall_time"] = time.perf_counter() - t_start
-                    save_state(run_dir, model, opt, state, tc.keep, history=recorder)
-                if last:
-                    stop = True
-                    break
+        stop = _train_epoch(run, data, groups, recorder=recorder, bar=bar, valid=valid)
         if not stop:
-            state["epoch"] += 1
-            state["batch_in_epoch"] = 0
+            run.state["epoch"] += 1
+            run.state["batch_in_epoch"] = 0
     bar.close()
     if world > 1:
         dist.barrier()
-    return run_dir
+    return run.run_dir

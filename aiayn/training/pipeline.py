@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..data.batching import pad_ids, token_batches_by_length
+from ..data.batching import token_batches_by_length
 from ..data.corpora import read_tsv
 from ..data.splits import is_sentence
 from ..model.config import TransformerConfig
@@ -74,23 +74,22 @@ def encode_pairs(tokenizer, src: list[str], tgt: list[str], max_len: int, eos_id
 
 def collate(idx: Sequence[int], src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
             cfg: TransformerConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batch of examples ``idx`` as padded int64 tensors (padding by :func:`aiayn.data.batching.pad_ids`).
+    """One batch of examples ``idx`` of id lists (:func:`encode_pairs`' form) as padded int64 tensors, by the one
+    training collate, :func:`aiayn.training.loader.collate_examples` (``multiple=1``).
 
     Returns:
         ``(src (B, S), decoder input (B, T), target (B, T))`` with B = ``len(idx)``, S and T the longest
-        source and target; the decoder input is ``cfg.decoder_start_id + y[:-1]`` (the target shifted right,
-        Section 3.1; the numpy twin of :func:`aiayn.calls.shift_right`),
-        the target is ``y``; both padded with ``cfg.pad_id``.
+        source and target; the decoder input is ``cfg.decoder_start_id`` + ``y[:-1]`` (the target shifted
+        right, Section 3.1), the target is ``y``; both padded with ``cfg.pad_id``.
+
+    Raises:
+        ValueError: an empty ``idx``.
     """
-    src = pad_ids([src_ids[i] for i in idx], cfg.pad_id)
-    tgt_rows = [tgt_ids[i] for i in idx]
-    tgt = pad_ids(tgt_rows, cfg.pad_id)
-    lengths = np.fromiter((len(t) for t in tgt_rows), dtype=np.int64, count=len(tgt_rows))
-    dec_in = np.empty_like(tgt)
-    dec_in[:, 0] = cfg.decoder_start_id
-    dec_in[:, 1:] = tgt[:, :-1]
-    dec_in[np.arange(tgt.shape[1]) >= np.maximum(lengths, 1)[:, None]] = cfg.pad_id
-    return torch.from_numpy(src), torch.from_numpy(dec_in), torch.from_numpy(tgt)
+    from .loader import PairIds, collate_examples  # the loader imports the data modules, not this one
+
+    rows = list(idx)
+    data = PairIds.from_lists([src_ids[i] for i in rows], [tgt_ids[i] for i in rows])
+    return collate_examples(data, np.arange(len(rows)), pad_id=cfg.pad_id, bos_id=cfg.decoder_start_id, multiple=1)
 
 
 def step_groups(tc: TrainConfig, src_lengths, tgt_lengths, epoch: int, *, world: int = 1) -> list[list[list[int]]]:

@@ -56,6 +56,11 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: 
     return loss, (target != pad_id).sum()
 
 
+#: the implementations of Adam a run may use (``TrainConfig.adam_impl``): PyTorch's fused kernel (one per parameter
+#: for the whole update), its multi-tensor ``foreach`` ops, or its per-tensor reference loop; the same update rule
+ADAM_IMPLS = ("fused", "foreach", "loop")
+
+
 #: the parameters whose initial values :func:`scale_residual_init` scales: the value and output projections of every
 #: attention (W^V, W^O, Section 3.2.2) and the second FFN matrix (W_2, Eq. 2), the weights a residual branch ends in
 RESIDUAL_BRANCH_WEIGHTS = ("w_v.weight", "w_o.weight", "w_2.weight")
@@ -131,10 +136,11 @@ class TrainConfig:
     max_len: int = 128  # drop training pairs longer than this (pieces)
     threads: int = 0
     upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
-    amp_cpu: bool = False  # bf16 autocast on CPU as well (CPUs with AVX512-BF16 or AMX; off by default)
+    amp_cpu: bool | None = None  # bf16 autocast on CPU; None = where oneDNN runs bf16 natively (AVX512-BF16, AMX)
     init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
     record_attention: bool = True  # attention of a few curated sentences at every saved state (.history)
-    pad_multiple: int = 8  # batch widths rounded up to a multiple of this (shapes repeat: torch.compile, GPU kernels)
+    pad_multiple: int | None = None  # round batch widths up to this (None: 8 on CUDA or compiled, 1 on CPU eager)
     prefetch: int = 2  # steps collated ahead by the loader thread (0 = in the training thread)
     residual_init_scale: float = 1.0  # x on W_V, W_O, W_2 at a fresh start (1 = plain Xavier; scale_residual_init)
     token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start
+    adam_impl: str = "fused"  # Adam's implementation: "fused", "foreach" or "loop" (ADAM_IMPLS; the same update rule)
