@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -170,8 +170,10 @@ def greedy_decode(
     use_cache: bool = True,
     return_attention: bool = False,
     head_mask: Tensor | None = None,
+    pick: Callable[[Tensor], Tensor] | None = None,
 ) -> list[Hypothesis]:
     """Batched greedy decoding: at each step the most probable next token, until EOS or the max length.
+    With ``pick`` another rule chooses each next token (ancestral sampling, :mod:`aiayn.sampling`).
 
     Args:
         model: the Transformer (put it in eval mode yourself; no dropout is wanted at inference).
@@ -182,6 +184,9 @@ def greedy_decode(
         return_attention: stitch each output's attention maps (B=1 each).
         head_mask: ``(3, L, H)`` head mask (encoder, decoder self, cross; 1 keeps a head, 0 removes its
             output, a float scales it), or None; see :meth:`Transformer.forward`.
+        pick: ``(N, V)`` float log-probabilities (``-inf`` on padding and the start piece) -> ``(N,)`` int64 ids;
+            None is the argmax (greedy). ``log_prob`` / ``score`` stay the model's own log-probabilities of the
+            picked ids.
 
     Returns:
         one :class:`Hypothesis` per sentence.
@@ -208,7 +213,7 @@ def greedy_decode(
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
             trace.origins.append(torch.arange(B))
-        nxt = logp.argmax(-1)
+        nxt = logp.argmax(-1) if pick is None else pick(logp)
         best = logp.gather(1, nxt[:, None]).squeeze(1).double().cpu()
         for b in range(B):
             if done[b]:
@@ -326,6 +331,89 @@ def _choose(beams: _Beams, logp: Tensor, t: int, limits: list[int], alpha: float
     return choice
 
 
+class BeamRecord(NamedTuple):
+    """One candidate beam search weighed (``recorder`` of :func:`beam_search`).
+
+    At each step the search ranks every continuation of the live hypotheses by cumulative log-probability and
+    walks the ``2K`` best (K = beam size; continuations of ``-inf`` left out): ``</s>`` among the K best ends a
+    hypothesis (``"finished"``); at the last allowed step every candidate it reaches ends (``"cut"``); the others
+    fill the K rows of the next step (``"kept"``) until they are full. The rest of the ``2K`` fell out of the beam
+    (``"pruned"``).
+
+    Attributes:
+        sentence: index of the sentence in the batch.
+        step: output length of the candidate (1 for the first predicted piece).
+        tokens: the candidate's ids (without the start piece); ``tokens[:-1]`` is its parent, a kept candidate of
+            ``step - 1`` (the empty tuple: the start piece).
+        log_prob: cumulative ``log P(tokens | X)``, natural log, as the search ranked it.
+        step_log_prob: ``log p(tokens[-1] | tokens[:-1], X)``, this step's own.
+        status: ``"kept"``, ``"finished"``, ``"cut"`` or ``"pruned"``.
+        score: ``log_prob / lp(step)`` for ``"finished"`` and ``"cut"`` (what the n-best list ranks), else None.
+    """
+
+    sentence: int
+    step: int
+    tokens: tuple[int, ...]
+    log_prob: float
+    step_log_prob: float
+    status: str
+    score: float | None
+
+
+def _record(recorder: list, beams: _Beams, choice: _Choice, logp: Tensor, t: int,
+            ended: list[list[EndedHypothesis]], n_ended: list[int]) -> None:
+    """Append a :class:`BeamRecord` per candidate of step ``t`` that :func:`_choose` weighed; ``n_ended``: how many
+    ended hypotheses each sentence had before the step."""
+    A, K = beams.scores.shape
+    V = logp.size(-1)
+    cand = (beams.scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(A, K, V)).view(A, K * V)
+    top_scores, top_idx = (x.cpu() for x in cand.topk(min(2 * K, K * V), dim=-1))
+    for i, b in enumerate(beams.active):
+        kept = {tuple(choice.history[i * K + a]) for a in range(K) if choice.scores[i, a] > float("-inf")}
+        gone = {tuple(e.tokens): e for e in ended[b][n_ended[b]:]}
+        for s, idx in zip(top_scores[i].double().tolist(), top_idx[i].tolist()):
+            if s == float("-inf"):
+                break
+            k, w = divmod(idx, V)
+            toks = tuple(beams.history[i * K + k]) + (w,)
+            e = gone.get(toks)
+            status = "kept" if toks in kept else ("pruned" if e is None else ("finished" if e.finished else "cut"))
+            recorder.append(BeamRecord(b, t + 1, toks, s, float(logp[i * K + k, w]), status,
+                                       None if e is None else e.score))
+
+
+def _check_prefix(prefix: Sequence[Sequence[int]], B: int, limits: list[int], cfg) -> list[list[int]]:
+    """``prefix`` as ``B`` lists of ints, checked (see :func:`beam_search`)."""
+    if isinstance(prefix, (str, bytes)) or len(prefix) != B:
+        raise ValueError(f"prefix must hold {B} id lists (one per sentence), got {prefix!r:.80}")
+    banned = {cfg.pad_id: "padding", cfg.decoder_start_id: "the start piece", cfg.eos_id: "</s>"}
+    out = []
+    for b, ids in enumerate(prefix):
+        ids = [int(i) for i in ids]
+        for n, i in enumerate(ids):
+            if n == len(ids) - 1 and i == cfg.eos_id:  # a finished hypothesis forced whole
+                continue
+            if not 0 <= i < cfg.vocab_size or i in banned:
+                raise ValueError(f"prefix {b}: id {i} is {banned.get(i, f'outside the vocabulary [0, {cfg.vocab_size})')}"
+                                 "; a prefix holds ordinary pieces")
+        if len(ids) > limits[b]:
+            raise ValueError(f"prefix {b} has {len(ids)} pieces but at most {limits[b]} output pieces are allowed")
+        out.append(ids)
+    return out
+
+
+def _force(logp: Tensor, active: list[int], K: int, forced: list[list[int]], t: int) -> None:
+    """In place: the rows of each sentence still within its prefix may only continue with the prefix's id at
+    step ``t`` (its log-probability unchanged, every other id ``-inf``)."""
+    for i, b in enumerate(active):
+        if t < len(forced[b]):
+            w = forced[b][t]
+            rows = logp[i * K : (i + 1) * K]
+            keep = rows[:, w].clone()
+            rows.fill_(float("-inf"))
+            rows[:, w] = keep
+
+
 def _advance(beams: _Beams, choice: _Choice, done: list[bool], cache: DecoderCache | None,
              trace: _AttentionTrace | None) -> bool:
     """Move ``beams`` to the next step as ``choice`` says, dropping the rows of sentences that are done; ``cache``
@@ -365,6 +453,8 @@ def beam_search(
     use_cache: bool = True,
     return_attention: bool = False,
     head_mask: Tensor | None = None,
+    prefix: Sequence[Sequence[int]] | None = None,
+    recorder: list | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Section 6.1), best first.
 
@@ -379,12 +469,21 @@ def beam_search(
         return_attention: stitch each returned hypothesis' attention maps.
         head_mask: ``(3, L, H)`` head mask (encoder, decoder self, cross; 1 keeps a head, 0 removes its
             output, a float scales it), or None; see :meth:`Transformer.forward`.
+        prefix: prefix-constrained decoding: ``B`` id lists (one per sentence, may be empty); sentence ``b``'s
+            first ``len(prefix[b])`` predictions are forced to them (each scored with the model's own
+            log-probability), then the search is free. The hypotheses all start with the prefix; their maps
+            cover the forced steps too. ``</s>`` may only end a prefix (that hypothesis is then the only one).
+        recorder: a list the search appends one :class:`BeamRecord` to per candidate it weighs (the ``2K`` best
+            continuations of each step, see :class:`BeamRecord`), or None (default: nothing recorded, nothing
+            computed for it). :func:`aiayn.beam_tree.build_tree` makes a tree of them.
 
     Returns:
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
 
     Raises:
-        ValueError: a bad beam option (:func:`check_beam_options`), ``n_best`` above ``beam_size``, a bad ``head_mask``.
+        ValueError: a bad beam option (:func:`check_beam_options`), ``n_best`` above ``beam_size``, a bad
+            ``head_mask``, a bad ``prefix`` (not ``B`` lists, an id outside the vocabulary, padding, the start
+            piece, ``</s>`` before the end, longer than the sentence's maximum output length).
     """
     check_beam_options(beam_size=beam_size, length_penalty=length_penalty_alpha, max_len=max_len, n_best=n_best)
     if n_best > beam_size:
@@ -400,6 +499,7 @@ def beam_search(
                    torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device), enc,
                    model.init_cache(enc) if use_cache else None)
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
+    forced = _check_prefix(prefix, B, limits, cfg) if prefix is not None else None
     trace = _AttentionTrace() if return_attention else None  # the maps stay on enc0, for stitching
     ended: list[list[EndedHypothesis]] = [[] for _ in range(B)]
     done = [False] * B
@@ -407,7 +507,12 @@ def beam_search(
         logp, out = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention, head_mask)
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
+        if forced is not None:
+            _force(logp, beams.active, K, forced, t)
+        n_ended = [len(e) for e in ended] if recorder is not None else []
         choice = _choose(beams, logp, t, limits, length_penalty_alpha, cfg.eos_id, ended, done)
+        if recorder is not None:
+            _record(recorder, beams, choice, logp, t, ended, n_ended)
         if not _advance(beams, choice, done, out.cache if use_cache else None, trace):
             break
     return [_n_best(ended[b], n_best, trace, enc0, b) for b in range(B)]

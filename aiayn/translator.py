@@ -17,9 +17,11 @@ import torch
 from . import calls
 from .checkpoint import SPM_FILE, load_checkpoint
 from .checkpoint_format import DEFAULT_CHECKPOINTS_DIR
-from .decoding import Hypothesis, beam_search, check_beam_options
+from .beam_tree import BeamTree, build_tree
+from .decoding import Hypothesis, beam_search, check_beam_options, greedy_decode
 from .devices import pick_device
 from .model.transformer import Transformer
+from .sampling import check_sampling_options, sampler
 from .tokenizer import Tokenizer
 from .translation import NextPieces, Translation, clean_text
 
@@ -101,6 +103,7 @@ class Translator:
         use_cache: bool = True,
         return_attention: bool = True,
         head_mask: Any = None,
+        prefixes: Sequence[str | Sequence[int] | None] | None = None,
     ) -> list[Translation]:
         """Translate several texts in one batch (beam search, Section 6.1; ``beam_size=1`` is greedy).
 
@@ -116,46 +119,136 @@ class Translator:
                 self-attention, 1 decoder self-attention, 2 cross-attention; bool or float tensor, list, tuple
                 or numpy array; 1/True keeps a head, 0/False removes its output (before ``W^O``), a float scales
                 it. The maps of a removed head are still computed. None (default) and all ones give the same.
+            prefixes: prefix-constrained decoding: one prefix per text (see :meth:`translate`'s ``prefix``), or None.
 
         Raises:
             ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings
                 (``beam_size``, ``n_best`` or ``max_len`` not a positive integer, ``length_penalty`` negative or
                 not finite), a
-                ``head_mask`` of the wrong shape or dtype.
+                ``head_mask`` of the wrong shape or dtype, a bad prefix (:meth:`translate`).
         """
         if isinstance(texts, str):
             raise ValueError("translate_batch takes a list of texts; use translate() for one text")
         if not texts:
             return []
-        check_beam_options(beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best)
-        head_mask = self.model.check_head_mask(head_mask)
-        t0 = time.perf_counter()
+        return self._beam(texts, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best,
+                          use_cache=use_cache, return_attention=return_attention, head_mask=head_mask,
+                          prefixes=prefixes)
+
+    def _encode_all(self, texts: Sequence[str]) -> list[calls.Encoded]:
         encoded = []
         for i, text in enumerate(texts):
             try:
                 encoded.append(self.encode_source(text))
             except ValueError as exc:
                 raise ValueError(f"text {i}: {exc}" if len(texts) > 1 else str(exc)) from None
-        src = calls.batch(self.cfg, [e.ids for e in encoded], self.device)
-        n_best = min(n_best, beam_size)
-        with torch.inference_mode(), calls.autocast_for(self.device):
-            results = beam_search(
-                self.model,
-                src,
-                beam_size=beam_size,
-                length_penalty_alpha=length_penalty,
-                max_len=max_len,
-                n_best=n_best,
-                use_cache=use_cache,
-                return_attention=return_attention,
-                head_mask=head_mask,
-            )
-        elapsed = (time.perf_counter() - t0) * 1000.0
-        return [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(encoded, results)]
+        return encoded
 
-    def translate(self, text: str, **kwargs: Any) -> Translation:
-        """Translate one text; keyword arguments as :meth:`translate_batch`."""
-        return self.translate_batch([text], **kwargs)[0]
+    def prefix_ids(self, prefix: str | Sequence[int] | None) -> list[int]:
+        """The forced output ids of a prefix: a string's SentencePiece ids (no ``</s>``; empty text: none), or a
+        sequence of ids taken as is (a tree node's :meth:`~aiayn.beam_tree.BeamTree.tokens`); None: none.
+
+        Raises:
+            ValueError: neither a string nor a sequence of whole numbers.
+        """
+        if prefix is None:
+            return []
+        if isinstance(prefix, str):
+            return self.tokenizer.encode(prefix.strip()) if prefix.strip() else []
+        try:
+            ids = list(prefix)
+        except TypeError:
+            ids = None
+        if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ValueError(f"prefix must be a text or a list of piece ids, got {prefix!r:.80}")
+        return ids
+
+    def _beam(self, texts: Sequence[str], *, beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
+              use_cache: bool, return_attention: bool, head_mask: Any, prefixes: Any = None,
+              recorder: list | None = None) -> list[Translation]:
+        """Beam search over ``texts`` (checked, encoded, autocast) through :func:`aiayn.decoding.beam_search`."""
+        check_beam_options(beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best)
+        head_mask = self.model.check_head_mask(head_mask)
+        if prefixes is not None and (isinstance(prefixes, str) or len(prefixes) != len(texts)):
+            raise ValueError(f"prefixes must hold one prefix per text ({len(texts)}), got {prefixes!r:.80}")
+        forced = None if prefixes is None else [self.prefix_ids(p) for p in prefixes]
+        t0 = time.perf_counter()
+        encoded = self._encode_all(texts)
+        src = calls.batch(self.cfg, [e.ids for e in encoded], self.device)
+        with torch.inference_mode(), calls.autocast_for(self.device):
+            results = beam_search(self.model, src, beam_size=beam_size, length_penalty_alpha=length_penalty,
+                                  max_len=max_len, n_best=min(n_best, beam_size), use_cache=use_cache,
+                                  return_attention=return_attention, head_mask=head_mask, prefix=forced,
+                                  recorder=recorder)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        out = [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(encoded, results)]
+        for tr, ids in zip(out, forced or []):
+            if tr.attention is not None:
+                tr.attention.meta["prefix"] = self.pieces(ids)
+        return out
+
+    def translate(self, text: str, *, prefix: str | Sequence[int] | None = None, **kwargs: Any) -> Translation:
+        """Translate one text; keyword arguments as :meth:`translate_batch`.
+
+        ``prefix``: prefix-constrained decoding. The output starts with the prefix's pieces: a text (its
+        SentencePiece pieces, no ``</s>``) or a list of piece ids (e.g. a beam-tree node's
+        :meth:`~aiayn.beam_tree.BeamTree.tokens`). Those steps are forced (each scored with the model's own
+        log-probability), the rest is free beam search; the attention maps cover the forced pieces too. With
+        ``beam_size=1`` and a prefix of the greedy output the result is the greedy output; with a wider beam the
+        search behind a forced prefix keeps K continuations of it, so it can find a better-scoring ending than the
+        free search did.
+
+        Raises:
+            ValueError: as :meth:`translate_batch`; a prefix holding ``</s>``, padding or the start piece, or longer
+                than the maximum output length.
+        """
+        prefixes = None if prefix is None else [prefix]
+        return self.translate_batch([text], prefixes=prefixes, **kwargs)[0]
+
+    def beam_tree(self, text: str, beam_size: int = 4, length_penalty: float = 0.6, *, max_len: int | None = None,
+                  prefix: str | Sequence[int] | None = None) -> BeamTree:
+        """The beam search of ``text`` as a tree (:class:`~aiayn.beam_tree.BeamTree`): every candidate weighed at
+        each step with its log-probabilities, kept or pruned, the ended ones with their length-penalised scores,
+        ``.best`` the winner. The search is :meth:`translate`'s (same options), recorded as it runs; the tree's
+        ``translation`` is its result (maps included).
+
+        Raises:
+            ValueError: as :meth:`translate`.
+        """
+        records: list = []
+        tr = self._beam([text], beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=beam_size,
+                        use_cache=True, return_attention=True, head_mask=None,
+                        prefixes=None if prefix is None else [prefix], recorder=records)[0]
+        tree = build_tree(records, lambda i: self.tokenizer.id_to_piece(int(i)), self.cfg.decoder_start_id,
+                          beam_size=beam_size, length_penalty=length_penalty)
+        tree.translation = tr
+        return tree
+
+    def sample(self, text: str, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, *,
+               max_len: int | None = None, return_attention: bool = True) -> Translation:
+        """Ancestral sampling (:mod:`aiayn.sampling`): each next piece drawn from the model's distribution at
+        ``temperature``, cut to the ``top_k`` most probable (0: no cut) and to the nucleus of mass ``top_p``
+        (1: no cut), from a :class:`torch.Generator` seeded with ``seed`` (same seed, same output; ``top_k=1`` is
+        greedy decoding). ``score`` / ``log_prob`` are the model's own (untempered) log-probabilities; ``nbest``
+        holds the one sample.
+
+        Raises:
+            ValueError: ``temperature`` <= 0 or not finite, ``top_k`` < 0 or not whole, ``top_p`` outside (0, 1],
+                ``seed`` not a whole number >= 0, a bad ``max_len``, an empty text.
+        """
+        check_sampling_options(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        check_beam_options(max_len=max_len)
+        t0 = time.perf_counter()
+        encoded = self._encode_all([text])
+        src = calls.batch(self.cfg, [encoded[0].ids], self.device)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        pick = sampler(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        with torch.inference_mode(), calls.autocast_for(self.device):
+            hyps = greedy_decode(self.model, src, max_len=max_len, return_attention=return_attention, pick=pick)
+        tr = self._make(encoded[0], hyps, (time.perf_counter() - t0) * 1000.0, 1)
+        if tr.attention is not None:
+            tr.attention.meta["sampling"] = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        return tr
 
     def _make(self, encoded: calls.Encoded, hyps: list[Hypothesis], elapsed: float,
               batch_size: int) -> Translation:
