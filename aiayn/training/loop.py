@@ -101,7 +101,7 @@ def cpu_bf16_pays_off(d_model: int = 256, d_ff: int = 1024, rows: int = 2048, re
     an FFN's shape ``(rows x d_model) @ (d_model x d_ff)`` at least 1.25x faster than float32, timed here with
     torch's current threads (best of ``repeats``, the two alternated so that load hits both). Native support is
     not enough: on one AVX512-BF16 VM of this project oneDNN's bf16 kernel ran at half MKL's float32 speed
-    (docs/training.md). Measured once per process and shape (about 0.1-0.5 s)."""
+    (docs/training.md). Measured once per process and shape (a fraction of a second)."""
     if not cpu_bf16_supported():
         return False
     a, b = torch.randn(rows, d_model), torch.randn(d_model, d_ff)
