@@ -90,7 +90,7 @@ class AttentionMaps:
         return {"encoder": (src, src), "decoder": (fed, fed), "cross": (fed, src)}[kind]
 
     def _tensors(self) -> Iterator[tuple[str, Tensor]]:
-        for name in ("encoder", "decoder", "cross", "encoder_scores", "decoder_scores", "cross_scores"):
+        for name in (*KINDS, *(f"{kind}_scores" for kind in KINDS)):
             value = getattr(self, name)
             if value is not None:
                 yield name, value
