@@ -29,6 +29,7 @@ from .data.batching import pad_ids
 from .translation import clean_text
 
 if TYPE_CHECKING:  # annotations only
+    from .block_trace import BlockTrace
     from .model.config import TransformerConfig
     from .model.maps import AttentionMaps
     from .model.transformer import Transformer
@@ -203,3 +204,61 @@ def probabilities(forced: Forced, lengths: Sequence[int]) -> list[np.ndarray]:
     positions, a list of ``(T_i, V)`` float32 numpy arrays on the CPU."""
     probs = forced.log_probs.exp().cpu().numpy()
     return [probs[i, :n] for i, n in enumerate(lengths)]
+
+
+# -- one pass, every block ----------------------------------------------------------------------------------------
+def traced(model: "Transformer", src: Tensor, target: Tensor, *, amp: bool = False) -> "BlockTrace":
+    """:func:`teacher_forced` with every block's tensors captured (:mod:`aiayn.block_trace`: embeddings, x
+    sqrt(d_model), + PE, each layer's sub-layers with their residual stream, LayerNorm and FFN activations). The
+    hooks live for this call only and fire only in this thread.
+
+    Args:
+        model, src, target, amp: as :func:`teacher_forced` (``src`` ``(B, S)``, ``target`` ``(B, T)``).
+
+    Returns:
+        :class:`~aiayn.block_trace.BlockTrace` (float32, on the model's device).
+
+    Raises:
+        ValueError: as :func:`teacher_forced`.
+    """
+    from .block_trace import assemble, capture
+
+    with capture(model) as rec:
+        forced = teacher_forced(model, src, target, amp=amp)
+    return assemble(rec, model, src, forced.decoder_input, target, forced.log_probs)
+
+
+class LogitLens(NamedTuple):
+    """What each decoder layer would predict (the logit lens, nostalgebraist 2020): the final linear and softmax
+    (Section 3.4) applied to each layer's output, after the stack's final LayerNorm for pre-LN models (post-LN
+    layer outputs are already normalised).
+
+    Attributes:
+        ids: ``(L, B, T, k)`` int64 the k most probable next pieces per layer and position, most probable first.
+        probs: ``(L, B, T, k)`` float32 their probabilities.
+        target_probs: ``(L, B, T)`` float32 each layer's probability of the piece that came next (``target``).
+    """
+
+    ids: Tensor
+    probs: Tensor
+    target_probs: Tensor
+
+
+def logit_lens(model: "Transformer", trace: "BlockTrace", k: int = 5) -> LogitLens:
+    """The :class:`LogitLens` of a :func:`traced` pass; the last layer's row is the model's own distribution.
+
+    Raises:
+        ValueError: ``k`` not a whole number in ``[1, vocab_size]``.
+    """
+    V = model.cfg.vocab_size
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= V:
+        raise ValueError(f"k must be a whole number in [1, {V}], got {k!r}")
+    with torch.inference_mode():
+        hidden = torch.stack([layer.output for layer in trace.decoder.layers])  # (L, B, T, D)
+        if model.cfg.norm_first:
+            hidden = model.decoder_norm(hidden.to(model.decoder_norm.weight.dtype))
+        weight_dtype = (model.embedding if model.cfg.share_embeddings else model.generator).weight.dtype
+        probs = torch.softmax(model.project(hidden.to(weight_dtype)).float(), dim=-1)
+        top = probs.topk(k, dim=-1)
+        target = trace.target[None, ..., None].expand(probs.size(0), -1, -1, 1)
+        return LogitLens(top.indices, top.values, probs.gather(-1, target).squeeze(-1))

@@ -18,8 +18,10 @@ from . import calls
 from .checkpoint import SPM_FILE, load_checkpoint
 from .checkpoint_format import DEFAULT_CHECKPOINTS_DIR
 from .beam_tree import BeamTree, build_tree
+from .block_trace import BlockTrace, LensTable
 from .decoding import Hypothesis, beam_search, check_beam_options, greedy_decode
 from .devices import pick_device
+from .marian_tokenizer import MarianSentencePiece, is_marian_checkpoint
 from .model.transformer import Transformer
 from .sampling import check_sampling_options, sampler
 from .tokenizer import Tokenizer
@@ -67,10 +69,13 @@ class Translator:
         """
         d = Path(path) if path is not None else default_checkpoint()
         model, config = load_checkpoint(d, device=pick_device(device))
-        spm = d / SPM_FILE
-        if not spm.is_file():
-            raise FileNotFoundError(f"checkpoint file missing: {spm}")
-        tokenizer = Tokenizer.load(spm)
+        if is_marian_checkpoint(d):  # imported by `aiayn import-marian`: Marian's own tokenizer files
+            tokenizer = MarianSentencePiece.load(d, bos_id=model.cfg.bos_id)
+        else:
+            spm = d / SPM_FILE
+            if not spm.is_file():
+                raise FileNotFoundError(f"checkpoint file missing: {spm}")
+            tokenizer = Tokenizer.load(spm)
         meta = dict(config.get("meta", {}))
         meta.setdefault("num_parameters", config.get("num_parameters"))
         meta.setdefault("dtype", config.get("dtype"))
@@ -280,6 +285,48 @@ class Translator:
             elapsed_ms=elapsed,
             batch_size=batch_size,
         )
+
+    def trace(self, text: str, reference: str | None = None, *, beam_size: int = 4,
+              length_penalty: float = 0.6) -> BlockTrace:
+        """Every block's tensors (:class:`~aiayn.block_trace.BlockTrace`, batch of one) of one teacher-forced pass
+        (:func:`aiayn.calls.traced`) over ``text`` and an output: ``reference``'s pieces (+ ``</s>``) when given,
+        else this text's beam-search output (:meth:`translate` with ``beam_size`` / ``length_penalty``; teacher
+        forcing it gives every step's numbers of that search). ``meta`` holds ``src_tokens``, ``output_tokens``,
+        ``decoder_input_tokens`` and ``mode`` (``"teacher-forced"`` or ``"free-running"``).
+
+        Raises:
+            ValueError: an empty text or reference, bad beam options.
+        """
+        src_ids = self.encode_source(text).ids
+        if reference is not None:
+            out_ids, mode = calls.encode_reference(self.tokenizer, self.cfg, reference).ids, "teacher-forced"
+        else:
+            out_ids = self.translate(text, beam_size=beam_size, length_penalty=length_penalty,
+                                     return_attention=False).output_ids
+            mode = "free-running"
+        src, tgt = calls.batch(self.cfg, [src_ids], self.device), calls.batch(self.cfg, [out_ids], self.device)
+        trace = calls.traced(self.model, src, tgt, amp=True)
+        trace.meta = {"src_tokens": self.pieces(src_ids), "output_tokens": self.pieces(out_ids), "mode": mode,
+                      "decoder_input_tokens": self.pieces(trace.decoder.tokens[0].tolist())}
+        return trace
+
+    def logit_lens(self, text: str, reference: str | None = None, *, k: int = 5, beam_size: int = 4,
+                   length_penalty: float = 0.6) -> LensTable:
+        """What each decoder layer would predict at each step (the logit lens; :func:`aiayn.calls.logit_lens`)
+        over the output of :meth:`trace` (the reference, else the beam-search output).
+
+        Returns:
+            :class:`~aiayn.block_trace.LensTable`: ``ids`` / ``probs`` ``(L, T, k)``, ``target_probs`` ``(L, T)``.
+
+        Raises:
+            ValueError: as :meth:`trace`; ``k`` not in ``[1, vocab_size]``.
+        """
+        trace = self.trace(text, reference, beam_size=beam_size, length_penalty=length_penalty)
+        lens = calls.logit_lens(self.model, trace, k)
+        ids = lens.ids[:, 0].cpu().numpy()
+        pieces = [[self.pieces(row) for row in layer] for layer in ids.tolist()]
+        return LensTable(ids, lens.probs[:, 0].cpu().numpy(), pieces, lens.target_probs[:, 0].cpu().numpy(),
+                         trace.meta["output_tokens"], trace.meta["decoder_input_tokens"], trace)
 
     def force(self, text: str, reference: str, *, return_scores: bool = False,
               head_mask: Any = None) -> tuple[Translation, torch.Tensor]:
