@@ -21,6 +21,10 @@ WEIGHTS_FILE = "model.safetensors"
 SPM_FILE = "spm.model"
 #: the files a complete checkpoint directory holds (config first: it says what the others must be)
 CHECKPOINT_FILES = (CONFIG_FILE, WEIGHTS_FILE, SPM_FILE)
+#: an imported Marian (Opus-MT) checkpoint's tokenizer files, in place of ``spm.model``
+#: (:mod:`aiayn.marian_tokenizer`, written by ``aiayn import-marian``)
+MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB = "source.spm", "target.spm", "vocab.json"
+MARIAN_TOKENIZER_FILES = (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB)
 #: the shipped checkpoints (``<repo>/checkpoints/{en-de,de-en}``), used when ``$AIAYN_CHECKPOINTS`` is unset
 DEFAULT_CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -59,12 +63,16 @@ def read_config(directory: str | Path) -> dict[str, Any]:
 
 
 def check_files(directory: str | Path) -> None:
-    """Check that every file of :data:`CHECKPOINT_FILES` exists in ``directory`` (contents are not read).
+    """Check that every file of :data:`CHECKPOINT_FILES` exists in ``directory`` (contents are not read); an
+    imported Marian checkpoint (one with ``vocab.json``) has :data:`MARIAN_TOKENIZER_FILES` in place of ``spm.model``.
 
     Raises:
         FileNotFoundError: naming the first missing file.
     """
     d = Path(directory)
-    for name in CHECKPOINT_FILES:
+    names = CHECKPOINT_FILES
+    if (d / MARIAN_VOCAB).is_file():
+        names = (CONFIG_FILE, WEIGHTS_FILE) + MARIAN_TOKENIZER_FILES
+    for name in names:
         if not (d / name).is_file():
             raise FileNotFoundError(f"checkpoint file missing: {d / name}")

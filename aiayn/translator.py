@@ -286,12 +286,13 @@ class Translator:
             batch_size=batch_size,
         )
 
-    def trace(self, text: str, reference: str | None = None, *, beam_size: int = 4,
-              length_penalty: float = 0.6) -> BlockTrace:
+    def trace(self, text: str, reference: str | None = None, *, beam_size: int = 4, length_penalty: float = 0.6,
+              output_ids: Sequence[int] | None = None) -> BlockTrace:
         """Every block's tensors (:class:`~aiayn.block_trace.BlockTrace`, batch of one) of one teacher-forced pass
         (:func:`aiayn.calls.traced`) over ``text`` and an output: ``reference``'s pieces (+ ``</s>``) when given,
         else this text's beam-search output (:meth:`translate` with ``beam_size`` / ``length_penalty``; teacher
-        forcing it gives every step's numbers of that search). ``meta`` holds ``src_tokens``, ``output_tokens``,
+        forcing it gives every step's numbers of that search), or ``output_ids`` when given (an output decoded
+        already, e.g. a beam tree's ``translation.output_ids``). ``meta`` holds ``src_tokens``, ``output_tokens``,
         ``decoder_input_tokens`` and ``mode`` (``"teacher-forced"`` or ``"free-running"``).
 
         Raises:
@@ -300,6 +301,8 @@ class Translator:
         src_ids = self.encode_source(text).ids
         if reference is not None:
             out_ids, mode = calls.encode_reference(self.tokenizer, self.cfg, reference).ids, "teacher-forced"
+        elif output_ids is not None:
+            out_ids, mode = [int(i) for i in output_ids], "free-running"
         else:
             out_ids = self.translate(text, beam_size=beam_size, length_penalty=length_penalty,
                                      return_attention=False).output_ids
@@ -311,9 +314,10 @@ class Translator:
         return trace
 
     def logit_lens(self, text: str, reference: str | None = None, *, k: int = 5, beam_size: int = 4,
-                   length_penalty: float = 0.6) -> LensTable:
+                   length_penalty: float = 0.6, output_ids: Sequence[int] | None = None) -> LensTable:
         """What each decoder layer would predict at each step (the logit lens; :func:`aiayn.calls.logit_lens`)
-        over the output of :meth:`trace` (the reference, else the beam-search output).
+        over the output of :meth:`trace` (the reference, else ``output_ids``, else the beam-search output); its
+        ``trace`` is that pass's :class:`~aiayn.block_trace.BlockTrace`.
 
         Returns:
             :class:`~aiayn.block_trace.LensTable`: ``ids`` / ``probs`` ``(L, T, k)``, ``target_probs`` ``(L, T)``.
@@ -321,7 +325,7 @@ class Translator:
         Raises:
             ValueError: as :meth:`trace`; ``k`` not in ``[1, vocab_size]``.
         """
-        trace = self.trace(text, reference, beam_size=beam_size, length_penalty=length_penalty)
+        trace = self.trace(text, reference, beam_size=beam_size, length_penalty=length_penalty, output_ids=output_ids)
         lens = calls.logit_lens(self.model, trace, k)
         ids = lens.ids[:, 0].cpu().numpy()
         pieces = [[self.pieces(row) for row in layer] for layer in ids.tolist()]

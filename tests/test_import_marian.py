@@ -1,0 +1,184 @@
+"""`aiayn import-marian` and the imported checkpoint: a tiny random ``MarianMTModel`` with real SentencePiece models
+trained here from the Ding fixture, saved with ``save_pretrained`` (tests/marian_fixture.py); nothing is downloaded.
+Expectations come from Hugging Face itself (``MarianTokenizer``, ``generate``). Needs ``transformers`` to build the
+source (requirements-dev.txt); the loader is tested with ``transformers`` blocked."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from marian_fixture import write_marian  # noqa: E402
+
+from aiayn.import_marian import cli_main  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SENTENCES = ["The cat sat on the mat.", "I am in work from 9 until 5 each day.", "the nuts and bolts",
+             "These are decisions which do not produce a binding effect.", "Attention is all you need.",
+             "We went home."]
+
+
+@pytest.fixture(scope="module")
+def marian_source(tmp_path_factory, fixture_pairs) -> Path:
+    return write_marian(tmp_path_factory.mktemp("marian") / "opus-mt-tiny", fixture_pairs)
+
+
+@pytest.fixture(scope="module")
+def hf(marian_source):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = transformers.MarianTokenizer.from_pretrained(str(marian_source))
+    return transformers.MarianMTModel.from_pretrained(str(marian_source)).eval(), tok
+
+
+@pytest.fixture(scope="module")
+def imported(marian_source, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("imported") / "opus-mt-tiny-en-de"
+    assert cli_main([str(marian_source), "--out", str(out), "--dtype", "float32", "--no-progress"]) == 0
+    return out
+
+
+def test_the_checkpoint_directory(imported):
+    assert {p.name for p in imported.iterdir()} == {"config.json", "model.safetensors", "source.spm", "target.spm",
+                                                     "vocab.json", "MODEL_CARD.md"}
+    config = json.loads((imported / "config.json").read_text(encoding="utf-8"))
+    meta = config["meta"]
+    assert (config["dtype"], meta["direction"], meta["origin"], meta["imported"]["from"]) == (
+        "float32", "en-de", "imported", "Opus-MT")
+    assert config["model"]["decoder_start"] == "pad" and config["model"]["activation"] == "swish"
+    agreement = meta["imported"]["agreement"]
+    assert agreement["greedy_equal"] == agreement["ids_equal"] == agreement["sentences"] == 4
+    assert agreement["max_abs_logprob_diff"] < 1e-4
+    card = (imported / "MODEL_CARD.md").read_text(encoding="utf-8")
+    for needle in ("CC-BY 4.0", "Tiedemann", "Thottingal", "imported: Opus-MT", "concatenated", "Greedy output",
+                   f"{agreement['max_abs_logprob_diff']:.2e}"):
+        assert needle in card, needle
+
+
+def test_float16_weights(marian_source, tmp_path, capsys):
+    from safetensors import safe_open
+
+    out = tmp_path / "fp16"
+    assert cli_main([str(marian_source), "--out", str(out), "--no-progress"]) == 0
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.float16"}
+    assert "float16 weights" in capsys.readouterr().out
+
+
+def test_tokenizer_without_transformers_matches_marian_tokenizer(imported, hf, fixture_pairs):
+    from aiayn.marian_tokenizer import MarianSentencePiece
+
+    _, tok = hf
+    ours = MarianSentencePiece.load(imported, bos_id=1)
+    assert (ours.vocab_size, ours.pad_id, ours.eos_id, ours.unk_id) == (len(tok), tok.pad_token_id, 0, 1)
+    texts = [p.en for p in fixture_pairs[:150]] + [p.de for p in fixture_pairs[:150]] + [
+        "Hello </s> world", "a<unk>b <pad>", "漢字 and ö", ">>de<< the cat", "  spaced   out  "]
+    unk = 0
+    for text in texts:
+        ids = tok(text)["input_ids"]
+        assert ours.encode(text) + [ours.eos_id] == ids, text
+        assert ours.pieces(ids) == tok.convert_ids_to_tokens(ids), text
+        assert ours.decode(ids) == tok.decode(ids, skip_special_tokens=True), text
+        unk += ours.unk_id in ids
+    assert unk > 0  # the unknown-piece path was exercised
+    target = [tok.convert_tokens_to_ids(p) for p in ("▁Die", "▁Katze")]
+    assert ours.decode(target) == tok.decode(target, skip_special_tokens=True)
+    with pytest.raises(ValueError, match="out of range"):
+        ours.id_to_piece(len(tok))
+
+
+_LOAD_BLOCKED = """
+import json, sys
+sys.modules["transformers"] = None  # import transformers now raises ImportError
+from aiayn import Translator
+tr = Translator.load(sys.argv[1], device="cpu")
+assert "transformers" not in [m for m in sys.modules if sys.modules[m] is not None]
+out = []
+for text in json.loads(sys.argv[2]):
+    t = tr.translate(text, beam_size=1, max_len=12)
+    out.append({"src": t.src_ids, "ids": t.output_ids, "text": t.text, "fed": t.decoder_input_tokens,
+                "cross": list(t.attention.cross.shape)})
+print(json.dumps(out))
+"""
+
+
+def test_loads_and_translates_without_transformers(imported, hf):
+    model, tok = hf
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", _LOAD_BLOCKED, str(imported), json.dumps(SENTENCES)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    import torch
+
+    pad = tok.pad_token_id
+    ended = 0
+    for text, g in zip(SENTENCES, got):
+        batch = tok([text], return_tensors="pt")
+        assert g["src"] == batch["input_ids"][0].tolist()
+        with torch.no_grad():
+            out = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, bad_words_ids=[[pad]],
+                                 forced_eos_token_id=None)
+        expected = [i for i in out[0, 1:].tolist() if i != pad]
+        assert g["ids"] == expected and g["text"] == tok.decode(out[0], skip_special_tokens=True)
+        assert g["fed"][0] == "<pad>" and g["cross"] == [2, 1, 2, len(expected), len(g["src"])]
+        ended += expected[-1] == tok.eos_token_id
+    assert len({i for g in got for i in g["ids"]}) > 2  # not one piece everywhere
+    assert 0 < ended < len(SENTENCES)  # some outputs end with </s> of their own, others run to the length limit
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.startswith("aiayn import-marian:")][-1]
+
+
+def _edited_copy(source: Path, tmp_path: Path, **changes) -> Path:
+    copy = tmp_path / "edited"
+    shutil.copytree(source, copy)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    config.update(changes)
+    (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize("changes, needle", [
+    (dict(model_type="bart"), "not a Marian model"),
+    (dict(activation_function="gelu_new"), "activation_function"),
+    (dict(scale_embedding=False), "scale_embedding"),
+    (dict(normalize_before=True), "normalize_before"),
+])
+def test_refused_models_name_the_field(marian_source, tmp_path, capsys, changes, needle):
+    src = _edited_copy(marian_source, tmp_path, **changes)
+    assert cli_main([str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert needle in _one_error(capsys)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_missing_files_and_bad_targets(marian_source, tmp_path, capsys):
+    src = tmp_path / "no_vocab"
+    shutil.copytree(marian_source, src)
+    (src / "vocab.json").unlink()
+    assert cli_main([str(src), "--out", str(tmp_path / "a"), "--no-progress"]) == 2
+    assert "vocab.json" in _one_error(capsys)
+    assert cli_main([str(tmp_path / "nowhere" / "x y"), "--out", str(tmp_path / "b"), "--no-progress"]) == 2
+    assert "no such folder" in _one_error(capsys)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    assert cli_main([str(marian_source), "--out", str(busy), "--no-progress"]) == 2
+    assert "not an empty folder" in _one_error(capsys) and (busy / "keep.txt").read_text() == "mine"
+
+
+def test_registered_in_the_cli(capsys):
+    from aiayn.cli import main
+
+    assert main([]) == 0 and "import-marian" in capsys.readouterr().out
