@@ -1,0 +1,205 @@
+"""Figure 1 walked block by block on one sentence, the beam search as a tree and the decoder's logit lens: pure
+functions, a :class:`~aiayn.block_trace.BlockTrace` / :class:`~aiayn.beam_tree.BeamTree` /
+:class:`~aiayn.block_trace.LensTable` in, numbers or ``go.Figure`` out (the page ``pages/10_Figure_1.py`` draws them).
+
+Block keys: ``"enc.embed"``, ``"enc.scale"``, ``"enc.pe"``, ``"enc.{l}.self_attn"``, ``"enc.{l}.ffn"``, the same
+with ``"dec"`` plus ``"dec.{l}.cross_attn"``, and ``"out"`` (the final linear and softmax, Section 3.4); layers
+from 1. A sub-layer block covers its Add & Norm (Section 3.1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .theme import use_template
+
+_SUBLAYER_TITLES = {"self_attn": "Multi-head self-attention", "cross_attn": "Encoder-decoder attention",
+                    "ffn": "Feed-forward network"}
+_SIDE = {"enc": "Encoder", "dec": "Decoder"}
+
+
+def block_keys(n_layers: int) -> list[tuple[str, str]]:
+    """``(key, label)`` of every block of Figure 1, bottom to top, encoder first."""
+    keys = []
+    for side, subs in (("enc", ["self_attn", "ffn"]), ("dec", ["self_attn", "cross_attn", "ffn"])):
+        name = _SIDE[side]
+        keys += [(f"{side}.embed", f"{name}: input embedding"), (f"{side}.scale", f"{name}: × √d_model"),
+                 (f"{side}.pe", f"{name}: + positional encoding")]
+        for l in range(1, n_layers + 1):
+            keys += [(f"{side}.{l}.{s}", f"{name} layer {l}: {_SUBLAYER_TITLES[s].lower()} + add & norm")
+                     for s in subs]
+    return keys + [("out", "Linear + softmax (output probabilities)")]
+
+
+@dataclass
+class BlockView:
+    """The numbers one block shows (:func:`block_view`).
+
+    Attributes:
+        title: the block's name; shape: its tensor's shape in the paper's symbols; tokens: row labels.
+        matrix: ``(N, D)`` the block's output (tokens x dimensions), float32; at the output ``(T, k)``, the k
+            best probabilities per step.
+        norms: ``(N,)`` each row's L2 norm.
+        metrics: per-token series ``(N,)`` by name (residual change ``‖Sublayer(x)‖ / ‖x‖``, LayerNorm mean and
+            variance before and after, the FFN's fraction of zero hidden units, cosine to the input embedding).
+        top: at the output, per step the top-k ``(piece, probability)``; else empty.
+    """
+
+    title: str
+    shape: str
+    tokens: list[str]
+    matrix: np.ndarray
+    norms: np.ndarray
+    metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    top: list[list[tuple[str, float]]] = field(default_factory=list)
+
+
+def _np(t) -> np.ndarray:
+    return t[0].detach().float().cpu().numpy()
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
+
+
+def block_view(trace, key: str, tokens: Sequence[str], *, pieces=None, k: int = 5) -> BlockView:
+    """The :class:`BlockView` of block ``key`` (:func:`block_keys`) in ``trace`` (batch item 0).
+
+    Args:
+        tokens: the ``N`` row labels of the block's side (source pieces, decoder input pieces).
+        pieces: id -> piece, for the output block's top-k.
+
+    Raises:
+        ValueError: an unknown key.
+    """
+    if key == "out":
+        probs = np.exp(_np(trace.log_probs))
+        order = np.argsort(-probs, axis=-1)[:, :k]
+        top = [[(pieces(int(i)) if pieces else str(int(i)), float(p[i])) for i in row] for row, p in zip(order, probs)]
+        top_p = np.take_along_axis(probs, order, axis=-1)  # (T, k): the heatmap shows the k best per step
+        return BlockView("Linear + softmax: next-piece probabilities", "T × V", list(tokens), top_p,
+                         np.linalg.norm(probs, axis=-1), top=top)
+    side, _, rest = key.partition(".")
+    if side not in _SIDE or not rest:
+        raise ValueError(f"unknown block {key!r}")
+    stack = trace.encoder if side == "enc" else trace.decoder
+    n = "S" if side == "enc" else "T"
+    emb = _np(stack.embedding)
+    if rest in ("embed", "scale", "pe"):
+        m = {"embed": emb, "scale": _np(stack.scaled), "pe": _np(stack.input)}[rest]
+        title = {"embed": "Input embedding", "scale": "Embedding × √d_model", "pe": "+ positional encoding"}[rest]
+        return BlockView(f"{_SIDE[side]}: {title}", f"{n} × d_model", list(tokens), m, np.linalg.norm(m, axis=-1))
+    layer_s, _, sub = rest.partition(".")
+    if not layer_s.isdigit() or not 1 <= int(layer_s) <= len(stack.layers):
+        raise ValueError(f"unknown block {key!r}")
+    s = stack.layers[int(layer_s) - 1].sublayer(sub)
+    x, out = _np(s.stream_in), _np(s.stream_out)
+    n_in, n_out = _np(s.norm_in), _np(s.norm_out)
+    metrics = {"‖Sublayer(x)‖ / ‖x‖": np.linalg.norm(_np(s.sublayer_out), axis=-1) / np.linalg.norm(x, axis=-1),
+               "LayerNorm mean before": n_in.mean(-1), "LayerNorm var before": n_in.var(-1),
+               "LayerNorm mean after": n_out.mean(-1), "LayerNorm var after": n_out.var(-1)}
+    if s.hidden is not None:
+        metrics["FFN zero units (fraction)"] = (_np(s.hidden) <= 0).mean(-1)
+    metrics["cos(output, input embedding)"] = _cos(out, emb)
+    shape = f"{n} × d_model (h heads of d_k)" if sub != "ffn" else f"{n} × d_model (hidden {n} × d_ff)"
+    return BlockView(f"{_SIDE[side]} layer {layer_s}: {_SUBLAYER_TITLES[sub]} + add & norm", shape, list(tokens), out,
+                     np.linalg.norm(out, axis=-1), metrics)
+
+
+def drift(trace, side: str = "enc") -> np.ndarray:
+    """``(L + 1, N)`` cosine of each token's vector to its input embedding: at the stack's input, then after each
+    layer (how far the residual stream has moved, layer by layer)."""
+    stack = trace.encoder if side == "enc" else trace.decoder
+    emb = _np(stack.embedding)
+    return np.stack([_cos(_np(stack.input), emb)] + [_cos(_np(l.output), emb) for l in stack.layers])
+
+
+def block_heatmap(view: BlockView, *, colorscale: str = "RdBu", template: str | None = None) -> go.Figure:
+    """Tokens x dimensions heatmap of a :class:`BlockView` (output block: its top probabilities per step)."""
+    labels = [f"{i}:{t}" for i, t in enumerate(view.tokens)]
+    z = view.matrix
+    fig = go.Figure(go.Heatmap(z=z, y=labels, colorscale=colorscale, zmid=0 if z.min() < 0 else None,
+                               hovertemplate="%{y}<br>dim %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=f"{view.title} · {view.shape}", xaxis_title="dimension", height=160 + 22 * len(labels),
+                      yaxis=dict(autorange="reversed", type="category"), margin=dict(l=10, r=10, t=50, b=40))
+    return use_template(fig, template)
+
+
+def metrics_figure(view: BlockView, *, template: str | None = None) -> go.Figure:
+    """Per-token bars: the row norms and every metric of ``view``, one trace each (toggle them in the legend)."""
+    labels = [f"{i}:{t}" for i, t in enumerate(view.tokens)]
+    fig = go.Figure(go.Bar(x=labels, y=view.norms, name="‖row‖"))
+    for name, values in view.metrics.items():
+        fig.add_bar(x=labels, y=values, name=name, visible=True if "‖" in name or "zero" in name else "legendonly")
+    fig.update_layout(barmode="group", height=360, xaxis=dict(type="category"), margin=dict(l=10, r=10, t=30, b=40),
+                      legend=dict(orientation="h", y=-0.3))
+    return use_template(fig, template)
+
+
+_STATUS_COLOURS = {"root": "#555555", "kept": "#1f77b4", "finished": "#2ca02c", "cut": "#ff7f0e", "pruned": "#bbbbbb"}
+
+
+def tree_layout(tree) -> dict[int, tuple[int, int]]:
+    """``node id -> (step, row)``: each step's nodes in the order the search weighed them (best first)."""
+    rows: dict[int, int] = {}
+    pos = {}
+    for n in tree.nodes:
+        pos[n.id] = (n.step, rows.get(n.step, 0))
+        rows[n.step] = rows.get(n.step, 0) + 1
+    return pos
+
+
+def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
+    """The beam search as a tree: x the step, y the rank within the step; edges to the parent, colour by status
+    (kept, finished, cut at the maximum length, pruned), the winner's path drawn thick, hover with log-probabilities
+    and the length-penalised score."""
+    pos = tree_layout(tree)
+    best = set(tree.path(tree.best))
+    fig = go.Figure()
+    for bold in (False, True):
+        xs, ys = [], []
+        for n in tree.nodes[1:]:
+            if (n.id in best) == bold:
+                (x0, y0), (x1, y1) = pos[n.parent], pos[n.id]
+                xs += [x0, x1, None]
+                ys += [y0, y1, None]
+        fig.add_scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                        line=dict(width=4 if bold else 1, color="#d62728" if bold else "#cccccc"))
+    for status, colour in _STATUS_COLOURS.items():
+        ns = [n for n in tree.nodes if n.status == status]
+        if not ns:
+            continue
+        text = [f"{n.piece}<br>step {n.step} · log p {n.log_prob:.3f} (this step {n.step_log_prob:.3f})"
+                + (f"<br>score {n.score:.3f}" if n.score is not None else "") for n in ns]
+        fig.add_scatter(x=[pos[n.id][0] for n in ns], y=[pos[n.id][1] for n in ns], mode="markers+text", name=status,
+                        text=[n.piece for n in ns], textposition="middle right", hovertext=text, hoverinfo="text",
+                        customdata=[n.id for n in ns],
+                        marker=dict(size=[16 if n.id == tree.best else 10 for n in ns], color=colour,
+                                    line=dict(width=[3 if n.id in best else 0 for n in ns], color="#d62728")))
+    steps = max(n.step for n in tree.nodes)
+    fig.update_layout(title=f"Beam search tree (K = {tree.beam_size}, α = {tree.length_penalty})",
+                      xaxis=dict(title="step (output pieces)", dtick=1, range=[-0.5, steps + 1.5]),
+                      yaxis=dict(title="rank in the step", autorange="reversed"), height=460,
+                      margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+    return use_template(fig, template)
+
+
+def logit_lens_figure(lens, *, colorscale: str = "Viridis", template: str | None = None) -> go.Figure:
+    """Layers x steps: each cell the top-1 piece a decoder layer's output would predict at that step and its
+    probability (colour); hover lists the top-k. The last row is the model's own prediction."""
+    L, T, k = lens.ids.shape
+    top1 = lens.probs[:, :, 0]
+    text = [[lens.pieces[l][t][0] for t in range(T)] for l in range(L)]
+    hover = [["<br>".join(f"{p}: {q:.3f}" for p, q in zip(lens.pieces[l][t], lens.probs[l, t])) for t in range(T)]
+             for l in range(L)]
+    x = [f"{t}:{tok}" for t, tok in enumerate(lens.output_tokens)]
+    fig = go.Figure(go.Heatmap(z=top1, x=x, y=[f"layer {l + 1}" for l in range(L)], text=text, texttemplate="%{text}",
+                               customdata=hover, hovertemplate="%{y}, step %{x}<br>%{customdata}<extra></extra>",
+                               colorscale=colorscale, zmin=0, zmax=1, colorbar=dict(title="p(top-1)")))
+    fig.update_layout(title="Logit lens: what each decoder layer would predict", height=140 + 45 * L,
+                      xaxis=dict(title="the piece that came next", type="category"),
+                      margin=dict(l=10, r=10, t=50, b=40))
+    return use_template(fig, template)

@@ -1,0 +1,89 @@
+"""Figure 1 walked on the student's own sentence: every block's tensors from one traced teacher-forced pass
+(aiayn.calls.traced), the beam search as a tree with prefix forcing, the decoder's logit lens and sampling.
+Figures: aiayn.figures.figure1.
+"""
+from __future__ import annotations
+
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
+import streamlit as st
+
+from aiayn import app as ui
+from aiayn.app.models import load_translator
+from aiayn.examples import EXAMPLES
+from aiayn.figures import figure1 as f1
+
+ctx = ui.setup_page("Figure 1, walked", icon=":material/schema:", intro=(
+    "Figure 1 of the paper, block by block, on your sentence: pick a block to see the real tensors at that point "
+    "(one traced pass feeds every block). Below: the beam search (Section 6.1) as the tree it explores, what each "
+    "decoder layer would already predict (the logit lens), and sampling beside greedy and beam search."))
+tr = ctx.translator
+examples = EXAMPLES[ctx.direction]
+text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", value=examples[0][0], key="text", bind="query-params",
+                     max_chars=400)
+cleaned = ui.sentence_or_stop(text)
+
+
+@st.cache_data(max_entries=32, show_spinner="Running the model…")
+def _walk(direction: str, text: str):
+    t = load_translator(direction)
+    tree = t.beam_tree(text, beam_size=4, length_penalty=0.6)
+    lens = t.logit_lens(text, k=5, output_ids=tree.translation.output_ids)
+    return tree, lens
+
+
+try:
+    tree, lens = _walk(ctx.direction, cleaned)
+except ValueError as exc:
+    st.error(f"Could not run the model: {exc}")
+    st.stop()
+trace = lens.trace
+st.markdown(f"**Beam search output:** {tree.translation.text or '∅'}")
+
+# -- the blocks ---------------------------------------------------------------------------------------------------
+keys = f1.block_keys(tr.cfg.n_layers)
+labels = dict(keys)
+ui.warn_bad_param("block", list(labels), "unknown block of Figure 1")
+block = st.selectbox("Block of Figure 1 (bottom to top: encoder, decoder, output)", list(labels), key="block",
+                     bind="query-params")
+block = block if block in labels else keys[0][0]
+tokens = trace.meta["src_tokens"] if block.startswith("enc") else trace.meta["decoder_input_tokens"]
+view = f1.block_view(trace, block, tokens, pieces=tr.tokenizer.id_to_piece)
+cfg = tr.cfg
+st.caption(f"**{labels[block]}**. Shape {view.shape}: S = {len(trace.meta['src_tokens'])}, T = {len(trace.meta['output_tokens'])}, "
+           f"d_model = {cfg.d_model}, h = {cfg.n_heads}, d_k = {cfg.d_k}, d_ff = {cfg.d_ff}")
+ui.show_figure(f1.block_heatmap(view, template=ctx.template), key="block_heatmap", filename="figure1_block")
+if view.top:
+    st.dataframe({f"{i}:{t}": ", ".join(f"{p} {q:.2f}" for p, q in row)
+                  for i, (t, row) in enumerate(zip(trace.meta["output_tokens"], view.top))}, width="stretch")
+else:
+    ui.show_figure(f1.metrics_figure(view, template=ctx.template), key="block_metrics", filename="figure1_metrics")
+
+# -- decoding as a search -----------------------------------------------------------------------------------------
+st.subheader("Decoding as a search")
+ui.show_figure(f1.beam_tree_figure(tree, template=ctx.template), key="beam_tree", filename="beam_tree")
+kept = [n for n in tree.nodes[1:] if n.kept or n.ended]
+force = st.selectbox("Force a node's prefix and decode the rest", [None] + [n.id for n in kept], key="force",
+                     format_func=lambda i: "—" if i is None else " ".join(tree.nodes[j].piece for j in tree.path(i)))
+if force is not None:
+    forced = tr.translate(cleaned, prefix=tree.tokens(force), return_attention=False)
+    st.markdown(f"**Forced:** {forced.text or '∅'} (score {forced.score:.3f})")
+
+# -- logit lens ---------------------------------------------------------------------------------------------------
+st.subheader("Logit lens")
+ui.show_figure(f1.logit_lens_figure(lens, colorscale=ctx.colorscale, template=ctx.template), key="lens",
+               filename="logit_lens")
+
+# -- sampling -----------------------------------------------------------------------------------------------------
+st.subheader("Greedy, beam and sampling")
+c1, c2, c3, c4 = st.columns(4)
+temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, step=0.1, key="temperature")
+top_k = c2.number_input("top-k (0: all)", 0, 100, 0, key="top_k")
+top_p = c3.slider("top-p", 0.05, 1.0, 1.0, step=0.05, key="top_p")
+seed = c4.number_input("Seed", 0, 10_000, 0, key="seed")
+greedy = tr.translate(cleaned, beam_size=1, return_attention=False)
+sampled = tr.sample(cleaned, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed),
+                    return_attention=False)
+st.table({"decoding": ["greedy", "beam 4", "sampled"],
+          "output": [greedy.text, tree.translation.text, sampled.text],
+          "log P": [round(greedy.log_prob, 3), round(tree.translation.log_prob, 3), round(sampled.log_prob, 3)]})

@@ -1,0 +1,81 @@
+"""Figure 1 walked: the block numbers of aiayn.figures.figure1 against direct computations on the trace, the beam
+tree and logit lens figures against their values, and the page (AppTest on the tiny checkpoints)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from app_pages import arr, charts, open_page
+from tiny_models import perturbed_tiny_model
+
+from aiayn import Translator
+from aiayn.figures import figure1 as f1
+from aiayn.tokenizer import Tokenizer
+
+PAGE = "pages/10_Figure_1.py"
+TEXT = "I have no time."
+
+
+@pytest.fixture(scope="module")
+def tr(tiny_spm):
+    tok = Tokenizer.load(tiny_spm)
+    return Translator(perturbed_tiny_model(8, vocab_size=tok.vocab_size, max_len=24), tok)
+
+
+def test_block_keys_walk_figure_1(tr):
+    keys = [k for k, _ in f1.block_keys(2)]
+    assert keys[:3] == ["enc.embed", "enc.scale", "enc.pe"] and keys[-1] == "out"
+    assert keys.count("dec.2.cross_attn") == 1 and "enc.1.cross_attn" not in keys and len(keys) == 3 + 4 + 3 + 6 + 1
+
+
+def test_block_numbers_equal_direct_computations(tr):
+    trace = tr.trace(TEXT, "Ich habe keine Zeit.")
+    src = trace.meta["src_tokens"]
+    view = f1.block_view(trace, "enc.2.ffn", src)
+    s = trace.encoder.layers[1].sublayers[1]
+    x, out, sub = s.stream_in[0].numpy(), s.stream_out[0].numpy(), s.sublayer_out[0].numpy()
+    np.testing.assert_allclose(view.matrix, out)
+    np.testing.assert_allclose(view.norms, np.sqrt((out ** 2).sum(-1)), rtol=1e-5)
+    np.testing.assert_allclose(view.metrics["‖Sublayer(x)‖ / ‖x‖"],
+                               np.sqrt((sub ** 2).sum(-1)) / np.sqrt((x ** 2).sum(-1)), rtol=1e-5)
+    np.testing.assert_allclose(view.metrics["FFN zero units (fraction)"], (s.hidden[0].numpy() == 0).mean(-1))
+    n_out = s.norm_out[0].numpy()
+    np.testing.assert_allclose(view.metrics["LayerNorm var after"], n_out.var(-1), rtol=1e-5)
+    emb = trace.encoder.embedding[0].numpy()
+    cos = (out * emb).sum(-1) / np.linalg.norm(out, axis=-1) / np.linalg.norm(emb, axis=-1)
+    np.testing.assert_allclose(view.metrics["cos(output, input embedding)"], cos, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f1.drift(trace, "enc")[2], cos, rtol=1e-5, atol=1e-6)
+    out_view = f1.block_view(trace, "out", trace.meta["decoder_input_tokens"], pieces=tr.tokenizer.id_to_piece, k=3)
+    probs = trace.log_probs[0].exp()
+    top = probs.topk(3, -1)
+    np.testing.assert_allclose(out_view.matrix, top.values.numpy(), rtol=1e-6)
+    assert [p for p, _ in out_view.top[1]] == [tr.tokenizer.id_to_piece(int(i)) for i in top.indices[1]]
+    with pytest.raises(ValueError, match="unknown block"):
+        f1.block_view(trace, "enc.9.ffn", src)
+
+
+def test_tree_and_lens_figures_show_their_values(tr):
+    tree = tr.beam_tree(TEXT, beam_size=3)
+    fig = f1.beam_tree_figure(tree)
+    shown = {i for t in fig.data if t.customdata is not None for i in t.customdata}
+    assert shown == {n.id for n in tree.nodes}
+    pos = f1.tree_layout(tree)
+    assert all(pos[n.id][0] == n.step for n in tree.nodes)
+    lens = tr.logit_lens(TEXT, k=3, output_ids=tree.translation.output_ids)
+    z = np.asarray(f1.logit_lens_figure(lens).data[0].z, dtype=float)
+    np.testing.assert_allclose(z, lens.probs[:, :, 0], rtol=1e-6)
+
+
+def test_page_opens_and_every_block_draws(checkpoints):
+    at = open_page(PAGE)
+    assert not at.exception
+    found = charts(at)
+    assert {"block_heatmap", "block_metrics", "beam_tree", "lens"} <= set(found)
+    assert len(at.table) == 1 and len(at.table[0].value) == 3
+    at = open_page(PAGE, {"block": "out"})
+    assert not at.exception and len(at.dataframe) == 1 and "block_metrics" not in charts(at)
+    at = open_page(PAGE, {"block": "dec.2.cross_attn"})
+    assert not at.exception
+    assert "Decoder layer 2" in charts(at)["block_heatmap"]["layout"]["title"]["text"]
+    lens = arr(charts(at)["lens"]["data"][0]["z"])
+    assert lens.shape[0] == 2 and np.all((lens >= 0) & (lens <= 1))
