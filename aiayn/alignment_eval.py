@@ -180,6 +180,55 @@ def align_checkpoint(tr: "Translator", gold: str | Path = GOLD_PATH, *, directio
     return payload
 
 
+def read_parallel(path: str | Path, n_pairs: int, *, seed: int = 0, max_words: int = 40) -> list[tuple[str, str]]:
+    """A reproducible random sample of ``n_pairs`` (German, English) lines of a prepared ``de<TAB>en`` TSV (as
+    ``aiayn data`` writes ``train.tsv``; a ``de	en`` header is skipped), each side 1 to ``max_words`` tokens.
+
+    Raises:
+        ValueError: a line without exactly two tab-separated fields; OSError: the file cannot be read.
+    """
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"{Path(path).name}:{n}: {len(fields)} tab-separated fields, want German and English")
+        if n == 1 and fields == ["de", "en"]:
+            continue
+        if all(1 <= len(f.split()) <= max_words for f in fields):
+            rows.append((fields[0], fields[1]))
+    rng = np.random.default_rng(seed)
+    keep = rng.choice(len(rows), size=min(n_pairs, len(rows)), replace=False)
+    return [rows[i] for i in sorted(keep)]
+
+
+def ibm1_baseline(parallel: Sequence[tuple[str, str]], pairs: Sequence[al.GoldPair], *, iterations: int = 5,
+                  with_gold: bool = False) -> dict[str, Any]:
+    """AER of IBM Model 1 (:mod:`aiayn.analysis.ibm1`) on the gold pairs, trained on ``parallel`` (German, English)
+    texts; with ``with_gold`` the gold sentences (never their links) join the training text, as is usual for
+    unsupervised aligners; off by default, as the attention models never saw the gold sentences either.
+
+    Returns:
+        ``{"en-de", "de-en", "intersection", "union"}`` -> AER: the Viterbi links of t(German | English) (German
+        generated, as by an en-de model), of t(English | German), their intersection and union; plus the settings.
+    """
+    from .analysis import ibm1
+
+    de = [ibm1.tokenize(d) for d, _ in parallel] + ([[w.lower() for w in p.german] for p in pairs] if with_gold else [])
+    en = [ibm1.tokenize(e) for _, e in parallel] + ([[w.lower() for w in p.english] for p in pairs] if with_gold else [])
+    de_given_en, en_given_de = ibm1.train_ibm1(de, en, iterations=iterations), ibm1.train_ibm1(en, de, iterations=iterations)
+    totals = {k: np.zeros(4, dtype=np.int64) for k in ("en-de", "de-en", "intersection", "union")}
+    for p in pairs:
+        g, e = [w.lower() for w in p.german], [w.lower() for w in p.english]
+        a = de_given_en.viterbi(g, e)  # (n_de, n_en)
+        b = en_given_de.viterbi(e, g).T
+        sure, possible = (al.link_matrix(x, (len(g), len(e))) for x in (p.sure, p.possible))
+        for key, links in (("en-de", a), ("de-en", b), ("intersection", a & b), ("union", a | b)):
+            totals[key] += al.counts(links, sure, possible)
+    out: dict[str, Any] = {k: round(float(al.aer_from_counts(c)), 4) for k, c in totals.items()}
+    out.update(training_pairs=len(parallel), with_gold=with_gold, iterations=iterations)
+    return out
+
+
 def cli_main(argv: list[str] | None = None) -> int:
     """``aiayn align --checkpoint DIR [--gold FILE] [--direction en-de|de-en] [--device cpu]``: write
     ``DIR/alignment.json`` and print the best head."""
@@ -193,17 +242,25 @@ def cli_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--direction", choices=["en-de", "de-en"], default=None,
                     help="default: the checkpoint's own direction")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--ibm1", metavar="TSV", default=None,
+                    help="also score IBM Model 1 trained on a sample of this de<TAB>en file (e.g. the data's train.tsv)")
+    ap.add_argument("--ibm1-pairs", type=int, default=50000, help="how many lines of --ibm1 to sample")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         tr = Translator.load(args.checkpoint, device=args.device)
         payload = align_checkpoint(tr, args.gold, direction=args.direction)
-    except (FileNotFoundError, ValueError) as exc:
+        if args.ibm1:
+            payload["ibm1"] = ibm1_baseline(read_parallel(args.ibm1, args.ibm1_pairs), al.read_gold(args.gold))
+    except (OSError, ValueError) as exc:
         print(f"aiayn align: {exc}", file=sys.stderr)
         return 2
     out = atomic_write_text(Path(args.checkpoint) / ALIGN_FILE, json.dumps(payload, indent=1) + "\n")
     print(f"{out}: {payload['pairs']} pairs ({len(payload['skipped'])} skipped), {payload['direction']} "
           f"({time.perf_counter() - t0:.1f} s)")
+    if "ibm1" in payload:
+        print(f"IBM Model 1 ({payload['ibm1']['training_pairs']} pairs): " +
+              ", ".join(f"{k} {payload['ibm1'][k]:.3f}" for k in ("en-de", "de-en", "intersection", "union")))
     for kind in MAP_KINDS:
         b = payload[kind]["best"]
         print(f"{kind}: best head layer {b['layer'] + 1} head {b['head'] + 1} "

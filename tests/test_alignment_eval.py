@@ -59,9 +59,10 @@ def test_target_links_are_the_target_words(tiny_checkpoints, tmp_path):
 def test_cli_writes_alignment_json(tiny_checkpoints, gold, tmp_path, capsys):
     ckpt = tmp_path / "ck"
     shutil.copytree(tiny_checkpoints / "de-en", ckpt)
-    assert ae.cli_main(["--checkpoint", str(ckpt), "--gold", str(gold)]) == 0
+    assert ae.cli_main(["--checkpoint", str(ckpt), "--gold", str(gold), "--ibm1", str(FIXTURE)]) == 0
     payload = json.loads((ckpt / ae.ALIGN_FILE).read_text(encoding="utf-8"))
     assert payload["direction"] == "de-en" and payload["pairs"] == 2
+    assert payload["ibm1"]["training_pairs"] == 8 and 0.0 <= payload["ibm1"]["union"] <= 1.0
     for kind in ae.MAP_KINDS:
         aer = al.aer_from_counts(np.array(payload[kind]["counts"]))
         for r in payload[kind]["readings"].values():
@@ -70,7 +71,8 @@ def test_cli_writes_alignment_json(tiny_checkpoints, gold, tmp_path, capsys):
             assert r["best_head"]["aer"] == pytest.approx(heads.min())
         best = round(float(np.nanmin(aer[..., :-payload["layers"] - 1])), 4)
         assert payload[kind]["best"]["aer"] == pytest.approx(best)
-    assert "best head" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "best head" in out and "IBM Model 1 (8 pairs)" in out
 
 
 def test_cli_bad_gold_is_a_clear_error(tiny_checkpoints, tmp_path, capsys):
@@ -113,3 +115,33 @@ def test_payload_names_what_it_was_computed_from(tiny_checkpoints, gold):
     payload = ae.align_checkpoint(tr, gold)
     assert payload["weights_sha256"] == weights_sha256(tiny_checkpoints / "en-de")
     assert payload["gold_sha256"] == sha256_file(gold) and payload["direction"] == "en-de"
+
+
+FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "ibm1_parallel.tsv"
+
+
+def test_read_parallel_sample():
+    rows = ae.read_parallel(FIXTURE, 100, max_words=6)
+    assert len(rows) == 7 and ("das haus", "the house") in rows  # header and the 11-word line left out
+    assert ae.read_parallel(FIXTURE, 3, seed=1) == ae.read_parallel(FIXTURE, 3, seed=1)
+    assert len(ae.read_parallel(FIXTURE, 3)) == 3
+
+
+def test_read_parallel_bad_line(tmp_path):
+    bad = tmp_path / "p.tsv"
+    bad.write_text("de\ten\nnur deutsch\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="p.tsv:2: 1 tab-separated"):
+        ae.read_parallel(bad, 5)
+
+
+def test_ibm1_baseline_orientation(tmp_path):
+    """A reordered gold pair IBM Model 1 gets right after training on the fixture: AER 0 in every reading; the same
+    links transposed (a German/English index mix-up) would score badly."""
+    path = tmp_path / "g.tsv"
+    path.write_text("klein ist das haus\tthe house is small\t0-3 1-2 2-0 3-1\n", encoding="utf-8")
+    pairs = al.read_gold(path)
+    got = ae.ibm1_baseline(ae.read_parallel(FIXTURE, 100, max_words=6), pairs, iterations=20)
+    assert {k: got[k] for k in ("en-de", "de-en", "intersection", "union")} == {
+        "en-de": 0.0, "de-en": 0.0, "intersection": 0.0, "union": 0.0}
+    path.write_text("klein ist das haus\tthe house is small\t3-0 2-1 0-2 1-3\n", encoding="utf-8")
+    assert ae.ibm1_baseline(ae.read_parallel(FIXTURE, 100, max_words=6), al.read_gold(path), iterations=20)["en-de"] == 1.0

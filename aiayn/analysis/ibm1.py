@@ -57,9 +57,14 @@ class IBM1(NamedTuple):
         words never seen together (or unknown words)."""
         t_index = {w: i for i, w in enumerate(self.target_vocab)}
         s_index = {w: i for i, w in enumerate(self.source_vocab)}
-        lookup = {(int(e), int(f)): float(p) for (e, f), p in zip(self.pairs, self.t)}
-        src = [0] + [s_index.get(w, -1) for w in source]
-        return np.array([[lookup.get((t_index.get(e, -1), f), 0.0) for f in src] for e in target], dtype=np.float64)
+        e = np.array([t_index.get(w, -1) for w in target], dtype=np.int64)
+        f = np.array([0] + [s_index.get(w, -1) for w in source], dtype=np.int64)
+        n_src = len(self.source_vocab)
+        keys = self.pairs[:, 0] * n_src + self.pairs[:, 1]  # sorted: np.unique made the pairs
+        want = e[:, None] * n_src + f[None, :]
+        pos = np.clip(np.searchsorted(keys, want), 0, max(len(keys) - 1, 0))
+        found = (e[:, None] >= 0) & (f[None, :] >= 0) & (keys[pos] == want) if len(keys) else np.zeros(want.shape, bool)
+        return np.where(found, self.t[pos] if len(keys) else 0.0, 0.0)
 
     def viterbi(self, target: Sequence[str], source: Sequence[str]) -> np.ndarray:
         """``(len(target), len(source))`` bool: each target word linked to its most probable source word (ties to
