@@ -182,3 +182,57 @@ def test_registered_in_the_cli(capsys):
     from aiayn.cli import main
 
     assert main([]) == 0 and "import-marian" in capsys.readouterr().out
+
+
+# -- the app's views on an imported model (AppTest, the imported model as the en-de checkpoint) -----------------
+
+@pytest.fixture()
+def app_with_imported(imported, tiny_checkpoints, tmp_path, monkeypatch):
+    import streamlit as st
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(imported, root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield root
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+PAGES = ["pages/0_Overview.py", "pages/1_Translate.py", "pages/2_Attention_Explorer.py",
+         "pages/3_Positional_Encoding.py", "pages/4_Masking.py", "pages/5_Scaled_Dot_Product.py",
+         "pages/6_Model_and_Training.py", "pages/7_Head_Ablation.py", "pages/8_Attention_Rollout.py",
+         "pages/9_Compare_Sentences.py"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_on_the_imported_model(app_with_imported, page):
+    from app_pages import charts, open_page
+
+    at = open_page(page, {"text": "The cat sat on the mat."} if "Compare" not in page else None)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    if page in ("pages/2_Attention_Explorer.py", "pages/7_Head_Ablation.py", "pages/8_Attention_Rollout.py",
+                "pages/9_Compare_Sentences.py"):
+        assert charts(at), page  # the model's maps are drawn
+
+
+def test_explorer_and_head_statistics_show_the_imported_model(app_with_imported):
+    from app_pages import arr, charts, open_page
+
+    from aiayn import Translator
+
+    tr = Translator.load(app_with_imported / "en-de", device="cpu")
+    t = tr.translate("The cat sat on the mat.", beam_size=4, length_penalty=0.6, n_best=4)
+    at = open_page("pages/2_Attention_Explorer.py", {"text": "The cat sat on the mat."})
+    head = charts(at)["head_view"]["data"][0]
+    esc = [f"{i}:{p}".replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+           for i, p in enumerate(t.src_tokens)]
+    assert head["x"] == esc and t.src_tokens[-1] == "</s>"
+    assert head["y"][0].startswith("0:&lt;pad&gt;→")  # Opus-MT's decoder starts from <pad>
+    assert arr(head["z"]).shape == tuple(t.attention.cross.shape[-2:])
+    at = open_page("pages/2_Attention_Explorer.py", {"text": "The cat sat on the mat.", "kind": "encoder"},
+                   tab="stats")
+    assert len(at.dataframe[0].value) == tr.cfg.n_layers * tr.cfg.n_heads
