@@ -201,10 +201,7 @@ def app_with_imported(imported, tiny_checkpoints, tmp_path, monkeypatch):
     st.cache_resource.clear()
 
 
-PAGES = ["pages/0_Overview.py", "pages/1_Translate.py", "pages/2_Attention_Explorer.py",
-         "pages/3_Positional_Encoding.py", "pages/4_Masking.py", "pages/5_Scaled_Dot_Product.py",
-         "pages/6_Model_and_Training.py", "pages/7_Head_Ablation.py", "pages/8_Attention_Rollout.py",
-         "pages/9_Compare_Sentences.py"]
+PAGES = sorted(f"pages/{p.name}" for p in (REPO / "pages").glob("*.py"))
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -236,3 +233,29 @@ def test_explorer_and_head_statistics_show_the_imported_model(app_with_imported)
     at = open_page("pages/2_Attention_Explorer.py", {"text": "The cat sat on the mat.", "kind": "encoder"},
                    tab="stats")
     assert len(at.dataframe[0].value) == tr.cfg.n_layers * tr.cfg.n_heads
+
+
+# -- the catalogue of checkpoints (aiayn.catalog) -----------------------------------------------------------------
+
+def test_catalog_lists_shipped_first_then_imported(imported, tiny_checkpoints, tmp_path):
+    from aiayn.catalog import list_checkpoints
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    shutil.copytree(imported, root / ".opus-mt-fr-en.partial")  # an import being written: hidden
+    (root / "half").mkdir()
+    (root / "half" / "config.json").write_text((imported / "config.json").read_text(encoding="utf-8"))
+    (root / "notes.txt").write_text("not a folder")
+    entries = list_checkpoints(root)
+    assert [e.name for e in entries] == ["en-de", "de-en", "opus-mt-en-de"]
+    shipped, imp = entries[0], entries[2]
+    assert (shipped.origin, shipped.shipped, shipped.direction) == ("trained here", True, "en-de")
+    assert (imp.origin, imp.shipped, imp.direction) == ("imported: Opus-MT", False, "en-de")
+    config = json.loads((imported / "config.json").read_text(encoding="utf-8"))
+    assert imp.num_parameters == config["num_parameters"]
+    assert imp.weights_bytes == (imported / "model.safetensors").stat().st_size
+    assert imp.label == f"opus-mt-en-de · en-de · {config['num_parameters'] / 1e6:.1f}M parameters · imported: Opus-MT"
+    assert shipped.label.startswith("en-de · ") and "en-de · en-de" not in shipped.label
+    assert list_checkpoints(tmp_path / "missing") == []

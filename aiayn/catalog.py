@@ -1,0 +1,88 @@
+"""Every model the app can serve: the checkpoint directories under ``checkpoints/`` (or ``$AIAYN_CHECKPOINTS``),
+each described from its ``config.json`` alone (no weights read, no torch): name, direction, size, origin
+("trained here" or "imported: Opus-MT", :mod:`aiayn.import_marian`). The shipped ``en-de`` and ``de-en`` come
+first (they stay the default); the rest follow by name. Not a paper section: the serving job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .checkpoint_format import WEIGHTS_FILE, check_files, read_config
+
+__all__ = ["CatalogEntry", "SHIPPED", "list_checkpoints", "origin_of"]
+
+#: the shipped checkpoints' directory names, the default models, listed first in this order
+SHIPPED = ("en-de", "de-en")
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One checkpoint directory as the model picker shows it.
+
+    Attributes:
+        name: the directory's name (``"en-de"``, ``"opus-mt-en-de"``).
+        path: the directory.
+        direction: ``config.json["meta"]["direction"]`` (``"en-de"``), or None when the checkpoint does not say.
+        num_parameters: parameter count from ``config.json`` (None when absent).
+        weights_bytes: size of ``model.safetensors`` in bytes.
+        origin: ``"trained here"`` or ``"imported: <from>"`` (:func:`origin_of`).
+        shipped: one of :data:`SHIPPED`.
+    """
+
+    name: str
+    path: Path
+    direction: str | None
+    num_parameters: int | None
+    weights_bytes: int
+    origin: str
+    shipped: bool
+
+    @property
+    def label(self) -> str:
+        """One line for a picker: ``"opus-mt-en-de · en-de · 74.4M parameters · imported: Opus-MT"``."""
+        parts = [self.name]
+        if self.direction and self.direction != self.name:
+            parts.append(self.direction)
+        if self.num_parameters:
+            parts.append(f"{self.num_parameters / 1e6:.1f}M parameters")
+        parts.append(self.origin)
+        return " · ".join(parts)
+
+
+def origin_of(meta: dict[str, Any]) -> str:
+    """``"imported: Opus-MT"`` for a checkpoint written by ``aiayn import-marian`` (``meta["origin"] ==
+    "imported"``; the name from ``meta["imported"]["from"]``), else ``"trained here"``."""
+    if meta.get("origin") == "imported":
+        source = (meta.get("imported") or {}).get("from") or "elsewhere"
+        return f"imported: {source}"
+    return "trained here"
+
+
+def _entry(d: Path) -> CatalogEntry | None:
+    try:
+        config = read_config(d)
+        check_files(d)
+        size = (d / WEIGHTS_FILE).stat().st_size
+    except (FileNotFoundError, ValueError, OSError):
+        return None
+    meta = config.get("meta") or {}
+    direction = meta.get("direction") if isinstance(meta.get("direction"), str) else None
+    n = config.get("num_parameters")
+    return CatalogEntry(name=d.name, path=d, direction=direction,
+                        num_parameters=n if isinstance(n, int) and not isinstance(n, bool) else None,
+                        weights_bytes=size, origin=origin_of(meta), shipped=d.name in SHIPPED)
+
+
+def list_checkpoints(root: str | Path) -> list[CatalogEntry]:
+    """The complete checkpoint directories directly under ``root``: the shipped ones first (in
+    :data:`SHIPPED` order), then the others by name. A folder that is not a complete checkpoint (no or an
+    invalid ``config.json``, a missing file: :func:`aiayn.checkpoint_format.check_files`) and hidden folders
+    (``.name``: an import still being written) are left out. A missing ``root`` gives ``[]``."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    entries = [e for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and (e := _entry(d))]
+    order = {name: i for i, name in enumerate(SHIPPED)}
+    return sorted(entries, key=lambda e: (order.get(e.name, len(order)), e.name))
