@@ -499,3 +499,23 @@ def test_a_page_view_is_seeded_from_the_url_only_when_the_url_holds_another_view
     assert at.text_input(key="p_text").value == "from a link" and said().startswith("seeded=url")
     at.text_input(key="p_text").set_value("default").run()  # the default leaves the URL
     assert "text" not in at.query_params and said() == "seeded=None link={}"
+
+
+def test_the_sidebar_links_carry_each_pages_last_view(checkpoints):
+    """A link to a page carries the view the page last wrote (so arriving by it changes nothing and adds no history
+    entry); the link to the page just shown carries the view of this run, not of the one before."""
+    from urllib.parse import parse_qs
+
+    from app_pages import open_page
+
+    at = open_page("pages/1_Translate.py", {"text": "Good morning", "beam": "2"})
+    assert not at.exception, at.exception
+
+    def links() -> dict[str, dict]:
+        return {el.proto.label: parse_qs(el.proto.query_string) for el in at.sidebar.get("page_link")}
+
+    assert links()["Translate"] == {"text": ["Good morning"], "beam": ["2"]}
+    assert links()["Masking"] == {} and links()["Attention explorer"] == {}
+    at.number_input(key="tr_beam").set_value(3)
+    at.button[0].click().run()  # the form's submit button
+    assert links()["Translate"] == {"text": ["Good morning"], "beam": ["3"]}

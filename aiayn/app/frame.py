@@ -19,6 +19,7 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.pages_manager import PagesManager
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import plotly.io as pio
 
@@ -191,8 +192,9 @@ _RUN = threading.local()
 def run_app() -> None:
     """The frame (``app.py``): one script that runs on every page and then runs the page. Sets the page config,
     registers every page of :data:`PAGES` with ``st.navigation`` (hidden: the sidebar links are drawn here, so
-    each carries its page's last view, :func:`aiayn.app.state.link_params`), draws the sidebar (links and shared settings, bound to the URL) and runs the
-    page the URL names, which gets the frame's :class:`PageContext` from :func:`setup_page`.
+    each carries its page's last view, :func:`aiayn.app.state.link_params`), draws the sidebar (links and shared
+    settings, bound to the URL) and runs the page the URL names, which gets the frame's :class:`PageContext` from
+    :func:`setup_page`; the links are drawn again when the page changed its own view.
 
     The settings' widgets are created by this script, not by a page, so their state and their URL parameters
     (``direction``, ``presenter``, ``export``) survive every page change, Back and Forward (Streamlit's
@@ -206,8 +208,13 @@ def run_app() -> None:
     _RUN.ctx = frame_sidebar()
     try:
         page.run()
+    except StopException:  # the page stopped early (st.stop) after drawing what it could
+        _redraw_links()
+        raise
+    else:
+        _redraw_links()
     finally:
-        _RUN.ctx = None
+        _RUN.ctx = _RUN.links = _RUN.drawn = None
 
 
 def _leave_pages_directory_mode() -> None:
@@ -233,7 +240,8 @@ def _page_config(title: str, icon: str) -> None:
 
 def frame_sidebar() -> PageContext:
     """Draw the sidebar: links to every page of :data:`PAGES` (``st.page_link`` carrying the page's last view;
-    Streamlit carries the settings, bound to the URL), then the shared settings (after warning about invalid URL values), and the presenter CSS.
+    Streamlit carries the settings, bound to the URL), then the shared settings (after warning about invalid URL
+    values), and the presenter CSS.
 
     Returns:
         the :class:`PageContext` of the settings.
@@ -274,12 +282,8 @@ def frame_sidebar() -> PageContext:
     presenter = bool(presenter)
     export_format = export_format if export_format in EXPORT_FORMATS else "png"
 
-    with nav:
-        st.markdown("### aiayn")
-        st.caption("Attention Is All You Need, instrumented")
-        for path, label, page_icon in PAGES:
-            if page_exists(path):
-                page_link(path, label=label, icon=page_icon, query_params=link_params(path) or None)
+    _RUN.links = nav.empty()
+    _RUN.drawn = _draw_links(_RUN.links)
     with nav:
         st.html(_KEEP_VIEW_ON_PAGE_CHANGE_JS, unsafe_allow_javascript=True, width="content")
     if presenter:
@@ -290,6 +294,27 @@ def frame_sidebar() -> PageContext:
         colorscale=PRESENTER_COLORSCALE if presenter else COLORSCALE,
         template=DARK_TEMPLATE if _theme_type() == "dark" else LIGHT_TEMPLATE,
     )
+
+
+def _draw_links(where: Any) -> dict[str, dict[str, str]]:
+    """The sidebar's title and a link to every page of :data:`PAGES`, each carrying the page's last view, drawn into
+    the placeholder ``where`` (replacing what it held). Returns the query parameters of each link."""
+    views = {path: link_params(path) for path, _, _ in PAGES if page_exists(path)}
+    with where.container():
+        st.markdown("### aiayn")
+        st.caption("Attention Is All You Need, instrumented")
+        for path, label, page_icon in PAGES:
+            if path in views:
+                page_link(path, label=label, icon=page_icon, query_params=views[path] or None)
+    return views
+
+
+def _redraw_links() -> None:
+    """Draw the sidebar links again after the page ran when it changed its own view (the link to the page would
+    otherwise carry the view of its previous run)."""
+    links, drawn = getattr(_RUN, "links", None), getattr(_RUN, "drawn", None)
+    if links is not None and drawn != {path: link_params(path) for path in drawn}:
+        _draw_links(links)
 
 
 def setup_page(title: str, icon: str = ":material/smart_toy:", *, intro: str | None = None) -> PageContext:
