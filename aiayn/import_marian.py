@@ -111,14 +111,14 @@ def _load(source: str) -> tuple[Any, Any]:
         warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses" (the tokenizer never uses it)
         try:
             tok = transformers.MarianTokenizer.from_pretrained(source)
-            model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source, dtype="float32")
+            model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source)
         except (OSError, ValueError, KeyError) as exc:
             _fail(f"cannot read {source} with transformers: {str(exc).splitlines()[0]}")
     if type(model).__name__ != "MarianMTModel":
         _fail(f"{source} is a {type(model).__name__}, not a MarianMTModel")
     if getattr(tok, "separate_vocabs", False):
         _fail("separate_vocabs=true: separate source/target vocabularies are not supported")
-    return model.eval(), tok
+    return model.float().eval(), tok
 
 
 def _direction(source: str, tok: Any, given: str | None) -> str:
