@@ -8,6 +8,7 @@ from 1. A sub-layer block covers its Add & Norm (Section 3.1).
 """
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -119,7 +120,7 @@ def drift(trace, side: str = "enc") -> np.ndarray:
 
 def block_heatmap(view: BlockView, *, colorscale: str = "RdBu", template: str | None = None) -> go.Figure:
     """Tokens x dimensions heatmap of a :class:`BlockView` (output block: its top probabilities per step)."""
-    labels = [f"{i}:{t}" for i, t in enumerate(view.tokens)]
+    labels = [f"{i}:{_text(t)}" for i, t in enumerate(view.tokens)]
     z = view.matrix
     fig = go.Figure(go.Heatmap(z=z, y=labels, colorscale=colorscale, zmid=0 if z.min() < 0 else None,
                                hovertemplate="%{y}<br>dim %{x}: %{z:.3f}<extra></extra>"))
@@ -130,13 +131,19 @@ def block_heatmap(view: BlockView, *, colorscale: str = "RdBu", template: str | 
 
 def metrics_figure(view: BlockView, *, template: str | None = None) -> go.Figure:
     """Per-token bars: the row norms and every metric of ``view``, one trace each (toggle them in the legend)."""
-    labels = [f"{i}:{t}" for i, t in enumerate(view.tokens)]
-    fig = go.Figure(go.Bar(x=labels, y=view.norms, name="‖row‖"))
+    labels = [f"{i}:{_text(t)}" for i, t in enumerate(view.tokens)]
+    # The norms (about sqrt(d_model) after a LayerNorm) would flatten the ratios: shown on a click in the legend.
+    fig = go.Figure(go.Bar(x=labels, y=view.norms, name="‖row‖", visible="legendonly" if view.metrics else True))
     for name, values in view.metrics.items():
-        fig.add_bar(x=labels, y=values, name=name, visible=True if "‖" in name or "zero" in name else "legendonly")
+        fig.add_bar(x=labels, y=values, name=name, visible=True if "LayerNorm" not in name else "legendonly")
     fig.update_layout(barmode="group", height=360, xaxis=dict(type="category"), margin=dict(l=10, r=10, t=30, b=40),
                       legend=dict(orientation="h", y=-0.3))
     return use_template(fig, template)
+
+
+def _text(piece: str) -> str:
+    """A piece as plotly text: plotly reads a subset of HTML, so ``</s>`` would vanish as a closing tag."""
+    return html.escape(piece)
 
 
 _STATUS_COLOURS = {"root": "#555555", "kept": "#1f77b4", "finished": "#2ca02c", "cut": "#ff7f0e", "pruned": "#bbbbbb"}
@@ -172,10 +179,11 @@ def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
         ns = [n for n in tree.nodes if n.status == status]
         if not ns:
             continue
-        text = [f"{n.piece}<br>step {n.step} · log p {n.log_prob:.3f} (this step {n.step_log_prob:.3f})"
+        text = [f"{_text(n.piece)}<br>step {n.step} · log p {n.log_prob:.3f} (this step {n.step_log_prob:.3f})"
                 + (f"<br>score {n.score:.3f}" if n.score is not None else "") for n in ns]
         fig.add_scatter(x=[pos[n.id][0] for n in ns], y=[pos[n.id][1] for n in ns], mode="markers+text", name=status,
-                        text=[n.piece for n in ns], textposition="middle right", hovertext=text, hoverinfo="text",
+                        text=[_text(n.piece) if status != "pruned" else "" for n in ns], textposition="middle right",
+                        hovertext=text, hoverinfo="text",
                         customdata=[n.id for n in ns],
                         marker=dict(size=[16 if n.id == tree.best else 10 for n in ns], color=colour,
                                     line=dict(width=[3 if n.id in best else 0 for n in ns], color="#d62728")))
@@ -192,10 +200,10 @@ def logit_lens_figure(lens, *, colorscale: str = "Viridis", template: str | None
     probability (colour); hover lists the top-k. The last row is the model's own prediction."""
     L, T, k = lens.ids.shape
     top1 = lens.probs[:, :, 0]
-    text = [[lens.pieces[l][t][0] for t in range(T)] for l in range(L)]
-    hover = [["<br>".join(f"{p}: {q:.3f}" for p, q in zip(lens.pieces[l][t], lens.probs[l, t])) for t in range(T)]
+    text = [[_text(lens.pieces[l][t][0]) for t in range(T)] for l in range(L)]
+    hover = [["<br>".join(f"{_text(p)}: {q:.3f}" for p, q in zip(lens.pieces[l][t], lens.probs[l, t])) for t in range(T)]
              for l in range(L)]
-    x = [f"{t}:{tok}" for t, tok in enumerate(lens.output_tokens)]
+    x = [f"{t}:{_text(tok)}" for t, tok in enumerate(lens.output_tokens)]
     fig = go.Figure(go.Heatmap(z=top1, x=x, y=[f"layer {l + 1}" for l in range(L)], text=text, texttemplate="%{text}",
                                customdata=hover, hovertemplate="%{y}, step %{x}<br>%{customdata}<extra></extra>",
                                colorscale=colorscale, zmin=0, zmax=1, colorbar=dict(title="p(top-1)")))
