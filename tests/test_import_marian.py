@@ -259,3 +259,14 @@ def test_catalog_lists_shipped_first_then_imported(imported, tiny_checkpoints, t
     assert imp.label == f"opus-mt-en-de · en-de · {config['num_parameters'] / 1e6:.1f}M parameters · imported: Opus-MT"
     assert shipped.label.startswith("en-de · ") and "en-de · en-de" not in shipped.label
     assert list_checkpoints(tmp_path / "missing") == []
+
+
+def test_across_training_says_an_imported_model_has_no_history(app_with_imported):
+    from app_pages import open_page
+
+    from aiayn.app.history import HOW_TO, IMPORTED_NOTICE
+
+    at = open_page("pages/2_Attention_Explorer.py", tab="history")
+    assert not at.exception
+    assert [i.value for i in at.info if "imported" in i.value] == [IMPORTED_NOTICE.format(source="Opus-MT")]
+    assert HOW_TO not in [c.value for c in at.caption]
