@@ -145,3 +145,29 @@ def test_ibm1_baseline_orientation(tmp_path):
         "en-de": 0.0, "de-en": 0.0, "intersection": 0.0, "union": 0.0}
     path.write_text("klein ist das haus\tthe house is small\t3-0 2-1 0-2 1-3\n", encoding="utf-8")
     assert ae.ibm1_baseline(ae.read_parallel(FIXTURE, 100, max_words=6), al.read_gold(path), iterations=20)["en-de"] == 1.0
+
+
+def test_shipped_alignment_json_is_fresh_and_the_docs_quote_it():
+    """The shipped checkpoints' alignment.json belongs to their weights and the gold file, and docs/alignment.md and
+    the README quote its best head and the IBM Model 1 baseline."""
+    import re
+    from pathlib import Path
+
+    from aiayn.files import sha256_file
+    from aiayn.sweep import weights_sha256
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "alignment.md").read_text(encoding="utf-8")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    row = re.search(r"\*\*best head\*\*: layer (\d) head (\d).*?\| \*\*([0-9.]+)\*\* \| \*\*([0-9.]+)\*\* \|", docs)
+    assert row, "best-head row of docs/alignment.md"
+    for direction, quoted in (("en-de", row.group(3)), ("de-en", row.group(4))):
+        ckpt = root / "checkpoints" / direction
+        payload = json.loads((ckpt / ae.ALIGN_FILE).read_text(encoding="utf-8"))
+        assert payload["weights_sha256"] == weights_sha256(ckpt), f"{direction}: rerun aiayn align"
+        assert payload["gold_sha256"] == sha256_file(ae.GOLD_PATH), f"{direction}: rerun aiayn align"
+        best = payload["weights"]["best"]
+        assert (best["layer"] + 1, best["head"] + 1) == (int(row.group(1)), int(row.group(2))), direction
+        assert f"{best['aer']:.3f}" == quoted and quoted in readme, direction
+        ibm = payload["ibm1"][direction]
+        assert f"{ibm:.3f}" in docs and f"{ibm:.3f}" in readme, direction
