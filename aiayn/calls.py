@@ -15,6 +15,9 @@ means one answer to three questions that five copies once answered differently:
   (:func:`decoder_input_ids`, :func:`shift_right`).
 * **Precision.** bf16 autocast on CUDA when a caller asks for it, float32 otherwise (:func:`autocast_for`);
   results leave in float32.
+
+:func:`traced` is the teacher-forced pass with every block's tensors (:mod:`aiayn.block_trace`) and
+:func:`logit_lens` reads what each decoder layer would predict from such a trace.
 """
 from __future__ import annotations
 
