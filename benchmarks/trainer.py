@@ -218,7 +218,9 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
     tok = Tokenizer.load(data_dir / "spm.model")
     overrides = dict(tc.model_overrides, vocab_size=tok.vocab_size, max_len=max(256, tc.max_len + 2))
     cfg = TransformerConfig.preset(tc.preset, **overrides)
-    out: dict[str, Any] = {"tokens_per_s": float(np.median(timed)), "records": [{k: r[k] for k in ("step", "tokens_per_s")} for r in recs],
+    decided = json.loads((run_dir / "train_config.json").read_text())
+    out: dict[str, Any] = {"threads": decided.get("threads"), "amp_cpu": decided.get("amp_cpu"),
+                           "tokens_per_s": float(np.median(timed)), "records": [{k: r[k] for k in ("step", "tokens_per_s")} for r in recs],
                            "wall_s": wall, "steps": tc.max_steps, "compile": tc.compile, "d_model": cfg.d_model,
                            "n_layers": cfg.n_layers, "vocab_size": cfg.vocab_size, "max_tokens": tc.max_tokens,
                            "device": "cuda" if torch.cuda.is_available() else "cpu", "mfu": None}
@@ -234,7 +236,7 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 #: the CPU loop before the speed work, as settings of today's loop: float32 forward, PyTorch's per-tensor Adam, batch
-#: widths rounded up to a multiple of 8
+#: widths rounded up to a multiple of 8 (and every core: the benchmark's --threads)
 OLD_CPU_LOOP = {"amp_cpu": False, "adam_impl": "loop", "pad_multiple": 8}
 
 
@@ -257,6 +259,8 @@ def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> di
         for name, recipe in order:
             log(f"[trainer] cpu loop {name}, round {r + 1} of {rounds}")
             run = dict(spec, run_dir=f"{spec['run_dir']}-{name}{r}", recipe=recipe, flops=name == "new" and r == 0)
+            if name == "new":  # the default loop decides its own threads (loop.auto_threads); the old one used all cores
+                run["threads"] = 0
             res[name].append(measure_loop(run))
     res["peaks"].append(measure_matmul_peak())
     old = float(np.mean([x["tokens_per_s"] for x in res["old"]]))
@@ -279,7 +283,9 @@ def _speedup_rows(res: dict[str, Any]) -> list:
         Row("trainer.cpu.loop_old", "trainer", "cpu", "training loop, before (fp32, per-tensor Adam, widths x8)",
             res["old_tokens_per_s"], "tok/s", f"{shape}; per round {per('old')}", {"old": res["old"]}),
         Row("trainer.cpu.loop", "trainer", "cpu", "training loop", res["new_tokens_per_s"], "tok/s",
-            f"the default loop (bf16 where native, fused Adam, widths x1), same data; per round {per('new')}", {"new": res["new"]}),
+            f"the default loop (bf16 {'on' if new0['amp_cpu'] else 'off'}: measured at the start, fused Adam, widths x1, "
+            f"threads decided at the start: {', '.join(str(x['threads']) for x in res['new'])}), same data; per round {per('new')}",
+            {"new": res["new"]}),
         Row("trainer.cpu.loop_speedup", "trainer", "cpu", "training loop speed-up", res["speedup"], "x",
             "default loop over the old fp32 eager loop, same data, same run (mean of each run's median record)"),
         Row("trainer.cpu.bf16_peak", "trainer", "cpu", "bf16 matmul peak (this run)", res["peak_gflops"], "GFLOP/s",

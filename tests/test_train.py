@@ -557,6 +557,10 @@ def test_cpu_bf16_pays_off_needs_native_bf16(monkeypatch):
     from aiayn.training import loop
 
     loop.cpu_bf16_pays_off.cache_clear()
+    rng = torch.get_rng_state()
+    assert isinstance(loop.cpu_bf16_pays_off(8, 16, 32, 1), bool)
+    assert torch.equal(torch.get_rng_state(), rng)  # the timing draws nothing from the run's random stream
+    loop.cpu_bf16_pays_off.cache_clear()
     monkeypatch.setattr(loop, "cpu_bf16_supported", lambda: False)
     try:
         assert loop.cpu_bf16_pays_off(8, 16, 32, 1) is False
@@ -581,6 +585,29 @@ def test_a_run_stores_its_precision_and_a_resume_keeps_it(tiny_data, tmp_path, m
     wa, wb = weights(list_states(full)[-1]), weights(list_states(part)[-1])
     for k in wa:
         np.testing.assert_array_equal(wb[k], wa[k], err_msg=k)
+
+
+def test_auto_threads_leave_room_for_the_load_already_running():
+    from aiayn.training.loop import auto_threads
+
+    assert [auto_threads(2, load) for load in (0.0, 1.0, 1.4, 1.7, 2.0, 12.0)] == [2, 2, 2, 1, 1, 1]
+    assert auto_threads(16, 4.0) == 13 and auto_threads(16, 40.0) == 1 and auto_threads(4, 0.0) == 4
+
+
+def test_threads_0_is_decided_once_and_kept_by_a_resume(tiny_data, tmp_path, monkeypatch):
+    from aiayn.training import loop
+
+    monkeypatch.setattr(loop, "auto_threads", lambda *a, **k: 1)
+    run = tmp_path / "run"
+    before = torch.get_num_threads()
+    try:
+        train(tiny_tc(tiny_data, run, threads=0, max_steps=2, save_every=2, valid_every=10), log=QUIET)
+        assert json.loads((run / "train_config.json").read_text())["threads"] == 1
+        monkeypatch.setattr(loop, "auto_threads", lambda *a, **k: 2)
+        train(tiny_tc(tiny_data, run, threads=0, max_steps=3, save_every=3, valid_every=10), resume=True, log=QUIET)
+        assert torch.get_num_threads() == 1  # the stored decision, not today's load
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("impl", ["fused", "foreach"])

@@ -54,6 +54,8 @@ FLAG_HELP = {
     "residual_init_scale": "at a fresh start, multiply the initial W_V, W_O and W_2 by this (e.g. 0.38 = (8N)^-1/4 for "
                            "N = 6: post-LN at depth 6 then trains; docs/training.md); ",
     "prefetch": "steps collated ahead by a loader thread (0: in the training thread); ",
+    "threads": "intra-op threads (0: on a CPU, all cores less the load already running, decided at the start and "
+               "stored with the run); ",
     "adam_impl": "Adam's implementation: fused (one kernel per parameter), foreach or loop (same update rule); ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",

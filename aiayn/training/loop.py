@@ -104,7 +104,8 @@ def cpu_bf16_pays_off(d_model: int = 256, d_ff: int = 1024, rows: int = 2048, re
     (docs/training.md). Measured once per process and shape (a fraction of a second)."""
     if not cpu_bf16_supported():
         return False
-    a, b = torch.randn(rows, d_model), torch.randn(d_model, d_ff)
+    gen = torch.Generator().manual_seed(0)  # its own generator: the run's random stream must not depend on this
+    a, b = torch.randn(rows, d_model, generator=gen), torch.randn(d_model, d_ff, generator=gen)
     pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
     best = dict.fromkeys(pairs, float("inf"))
     for i in range(repeats + 1):
@@ -234,17 +235,48 @@ def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
     return resumed
 
 
+def auto_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Intra-op threads for a CPU run started now: all ``cores`` less the other work already running (the 1-minute
+    load average ``load``), at least 1: ``max(1, min(cores, round(cores - load + 1)))``. On 2 cores: 2 threads up to
+    a load of 1.5 (e.g. one niced background run), 1 above. Two OpenMP threads on a busy machine wait at every op's
+    barrier for a descheduled partner: one thread trained 3.6x faster than two at a load of 9-14
+    (docs/training.md)."""
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    return max(1, min(cores, round(cores - load + 1)))
+
+
+def _stored_config(tc: TrainConfig, resume: bool) -> dict[str, Any]:
+    """The run's stored ``train_config.json`` when resuming (``{}`` otherwise or when unreadable)."""
+    path = Path(tc.run_dir).expanduser() / "train_config.json"
+    if not (resume and path.is_file()):
+        return {}
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _resolved_threads(tc: TrainConfig, device: torch.device, *, resume: bool) -> TrainConfig:
+    """``tc`` with ``threads`` decided when it is 0 on a CPU (:func:`auto_threads`); a resumed run keeps the count
+    its stored configuration decided (another count rounds sums differently: no exact resume)."""
+    if tc.threads > 0 or device.type != "cpu":
+        return tc
+    decided = _stored_config(tc, resume).get("threads")
+    return replace(tc, threads=decided if isinstance(decided, int) and decided > 0 else auto_threads())
+
+
 def _resolved(tc: TrainConfig, cfg: TransformerConfig, device: torch.device, *, resume: bool) -> TrainConfig:
     """``tc`` with the CPU precision decided (:func:`resolve_amp_cpu`); a resumed run whose stored configuration
     already decided it keeps that decision (exact resume)."""
-    stored = Path(tc.run_dir).expanduser() / "train_config.json"
-    if resume and tc.amp_cpu is None and stored.is_file():
-        try:
-            decided = json.loads(stored.read_text(encoding="utf-8")).get("amp_cpu")
-        except (OSError, ValueError, AttributeError):
-            decided = None
-        if isinstance(decided, bool):
-            return replace(tc, amp_cpu=decided)
+    decided = _stored_config(tc, resume).get("amp_cpu") if tc.amp_cpu is None else None
+    if isinstance(decided, bool):
+        return replace(tc, amp_cpu=decided)
     return resolve_amp_cpu(tc, device, cfg.d_model, cfg.d_ff)
 
 
@@ -387,6 +419,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     if (tc.pad_multiple is not None and tc.pad_multiple < 1) or tc.prefetch < 0:
         raise ValueError(f"pad_multiple must be >= 1 and prefetch >= 0, got {tc.pad_multiple} and {tc.prefetch}")
     device = setup_distributed()
+    tc = _resolved_threads(tc, device, resume=resume)
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
     rank, world = rank_and_world()

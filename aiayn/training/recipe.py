@@ -134,7 +134,7 @@ class TrainConfig:
     compile: bool = False
     amp: bool = True  # bf16 autocast on CUDA
     max_len: int = 128  # drop training pairs longer than this (pieces)
-    threads: int = 0
+    threads: int = 0  # intra-op threads; 0 = on a CPU, decided at the start from the load (loop.auto_threads)
     upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
     amp_cpu: bool | None = None  # bf16 autocast on CPU; None = where oneDNN runs bf16 natively (AVX512-BF16, AMX)
     init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
