@@ -258,7 +258,7 @@ def import_marian(source: str | Path, out: str | Path, *, dtype: str = "float16"
 def _convert_and_write(model: Any, tok: Any, source: str, out: Path, dtype: str, direction: str,
                        bar: Any) -> tuple[Path, Agreement]:
     from .checkpoint import save_checkpoint
-    from .files import atomic_dir, atomic_write_bytes
+    from .files import atomic_dir, atomic_write_bytes, umask_mode
     from .interop_marian import from_marian
 
     bar.set_postfix_str("converting")
@@ -283,6 +283,7 @@ def _convert_and_write(model: Any, tok: Any, source: str, out: Path, dtype: str,
         atomic_write_bytes(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True).encode())
         card = _card(source, direction, ours.cfg, ours.num_parameters(), agreement)
         atomic_write_bytes(tmp / "MODEL_CARD.md", card.encode("utf-8"))
+        tmp.chmod(umask_mode() | 0o111)  # mkdtemp makes 0700: the app's server may run as another user
         bar.update()
     return out, agreement
 

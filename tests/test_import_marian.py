@@ -49,6 +49,7 @@ def imported(marian_source, tmp_path_factory) -> Path:
 def test_the_checkpoint_directory(imported):
     assert {p.name for p in imported.iterdir()} == {"config.json", "model.safetensors", "source.spm", "target.spm",
                                                      "vocab.json", "MODEL_CARD.md"}
+    assert imported.stat().st_mode & 0o555 == 0o555  # readable by the app's server, whoever runs it
     config = json.loads((imported / "config.json").read_text(encoding="utf-8"))
     meta = config["meta"]
     assert (config["dtype"], meta["direction"], meta["origin"], meta["imported"]["from"]) == (
