@@ -11,7 +11,7 @@ from typing import Any
 
 from .checkpoint_format import WEIGHTS_FILE, check_files, read_config
 
-__all__ = ["CatalogEntry", "SHIPPED", "list_checkpoints", "origin_of"]
+__all__ = ["CatalogEntry", "SHIPPED", "list_checkpoints", "models_for", "origin_of", "resolve_checkpoint"]
 
 #: the shipped checkpoints' directory names, the default models, listed first in this order
 SHIPPED = ("en-de", "de-en")
@@ -86,3 +86,22 @@ def list_checkpoints(root: str | Path) -> list[CatalogEntry]:
     entries = [e for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and (e := _entry(d))]
     order = {name: i for i, name in enumerate(SHIPPED)}
     return sorted(entries, key=lambda e: (order.get(e.name, len(order)), e.name))
+
+
+def models_for(entries: list[CatalogEntry], direction: str) -> list[CatalogEntry]:
+    """The entries a model picker offers for ``direction``: the shipped one of that name first, then every other
+    checkpoint whose ``meta.direction`` is ``direction`` (by name, as :func:`list_checkpoints` orders them)."""
+    return [e for e in entries if e.name == direction or (not e.shipped and e.direction == direction)]
+
+
+def resolve_checkpoint(root: str | Path, direction: str, model: str | None) -> Path:
+    """The checkpoint directory to serve for ``direction``: ``root / model`` when ``model`` names a complete
+    checkpoint directly under ``root`` whose direction is ``direction``, else the shipped ``root / direction``
+    (the default; also for an unknown, foreign or malformed ``model`` such as ``"../x"``: a URL value never
+    reaches outside ``root``)."""
+    root = Path(root)
+    if model and model != direction and "/" not in model and "\\" not in model and not model.startswith("."):
+        entry = _entry(root / model) if (root / model).is_dir() else None
+        if entry is not None and entry.direction == direction:
+            return root / model
+    return root / direction

@@ -271,3 +271,19 @@ def test_across_training_says_an_imported_model_has_no_history(app_with_imported
     assert not at.exception
     assert [i.value for i in at.info if "imported" in i.value] == [IMPORTED_NOTICE.format(source="Opus-MT")]
     assert HOW_TO not in [c.value for c in at.caption]
+
+
+def test_models_for_a_direction_and_resolving_a_url_value(imported, tiny_checkpoints, tmp_path):
+    from aiayn.catalog import list_checkpoints, models_for, resolve_checkpoint
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    entries = list_checkpoints(root)
+    assert [e.name for e in models_for(entries, "en-de")] == ["en-de", "opus-mt-en-de"]
+    assert [e.name for e in models_for(entries, "de-en")] == ["de-en"]
+    assert resolve_checkpoint(root, "en-de", "opus-mt-en-de") == root / "opus-mt-en-de"
+    for foreign in (None, "", "en-de", "opus-mt-fr-en", "../checkpoints/opus-mt-en-de", ".hidden"):
+        assert resolve_checkpoint(root, "en-de", foreign) == root / "en-de", foreign
+    assert resolve_checkpoint(root, "de-en", "opus-mt-en-de") == root / "de-en"  # another direction's model
