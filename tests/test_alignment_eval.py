@@ -166,6 +166,7 @@ def test_shipped_alignment_json_is_fresh_and_the_docs_quote_it():
         payload = json.loads((ckpt / ae.ALIGN_FILE).read_text(encoding="utf-8"))
         assert payload["weights_sha256"] == weights_sha256(ckpt), f"{direction}: rerun aiayn align"
         assert payload["gold_sha256"] == sha256_file(ae.GOLD_PATH), f"{direction}: rerun aiayn align"
+        assert payload["skipped"] == [] and payload["pairs"] == len(al.read_gold(ae.GOLD_PATH)), direction
         best = payload["weights"]["best"]
         assert (best["layer"] + 1, best["head"] + 1) == (int(row.group(1)), int(row.group(2))), direction
         assert f"{best['aer']:.3f}" == quoted and quoted in readme, direction
