@@ -9,9 +9,11 @@ import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import 
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn.app import lesson as lesson_ui
 from aiayn.app.models import load_translator
 from aiayn.examples import EXAMPLES
 from aiayn.figures import figure1 as f1
+from aiayn.lessons import figure1 as lesson
 
 ctx = ui.setup_page("Figure 1, walked", icon=":material/schema:", intro=(
     "Figure 1 of the paper, block by block, on your sentence: pick a block to see the real tensors at that point "
@@ -44,6 +46,11 @@ st.markdown(f"**Beam search output:** {tree.translation.text or '∅'}")
 keys = f1.block_keys(tr.cfg.n_layers)
 labels = dict(keys)
 ui.warn_bad_param("block", list(labels), "unknown block of Figure 1")
+ui.warn_bad_param("step", [str(i) for i in range(lesson.N_STEPS + 1)], f"the lesson has steps 1 to {lesson.N_STEPS}")
+step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers))
+if step:
+    now = lesson.lesson_step(step, trace, lens, tr.cfg)
+    lesson_ui.show_step(now, lesson.N_STEPS, labels[now.block])
 block = st.selectbox("Block of Figure 1 (bottom to top: encoder, decoder, output)", list(labels), key="block",
                      bind="query-params")
 block = block if block in labels else keys[0][0]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from app_pages import open_page
+from app_pages import charts, open_page
 from tiny_models import perturbed_tiny_model
 
 from aiayn import Translator
@@ -94,13 +94,45 @@ def test_lens_step_names_the_deciding_layer(walked):
     assert n["first"] == first and n["layer1"] == sum(hits[0]) and n["last"] == sum(hits[-1])
 
 
+@pytest.fixture(scope="module")
+def page_steps(tiny_translator):
+    """The lesson as the page must show it on the app's checkpoint (en-de) for TEXT: beam 4, alpha 0.6, k 5."""
+    t = tiny_translator
+    lens = t.logit_lens(TEXT, k=5, output_ids=t.beam_tree(TEXT, beam_size=4, length_penalty=0.6).translation.output_ids)
+    steps = {k: lesson.lesson_step(k, lens.trace, lens, t.cfg) for k in range(1, lesson.N_STEPS + 1)}
+    return steps, lens.trace
+
+
+def _box(at, k):
+    return [m.value for m in at.markdown if f"Step {k} of {lesson.N_STEPS}" in m.value]
+
+
 @pytest.mark.parametrize("k", range(1, lesson.N_STEPS + 1))
-def test_page_opens_at_every_step(checkpoints, k):
-    at = open_page(PAGE, {"step": str(k)})
+def test_page_opens_at_every_step(checkpoints, page_steps, k):
+    page_steps, trace = page_steps
+    at = open_page(PAGE, {"step": str(k), "text": TEXT})
     assert not at.exception
-    blocks = [b for b, _ in f1.block_keys(2)]
     want = lesson.step_blocks(2)[k - 1]
-    assert at.selectbox(key="block").value == want and want in blocks
-    box = [m.value for m in at.markdown if f"Step {k} of {lesson.N_STEPS}" in m.value]
-    assert len(box) == 1 and "**" in box[0]
+    assert at.selectbox(key="block").value == want == page_steps[k].block
+    title = charts(at)["block_heatmap"]["layout"]["title"]["text"]
+    assert title.startswith(f1.block_view(trace, want, trace.meta["src_tokens"]).title)  # the block view follows
+    box = _box(at, k)
+    assert len(box) == 1 and page_steps[k].markdown in box[0]
     assert at.number_input(key="step").value == k
+
+
+def test_next_and_back_move_the_step_and_its_block(checkpoints):
+    at = open_page(PAGE, {"text": TEXT})
+    assert not _box(at, 1) and at.number_input(key="step").value == 0
+    at.button(key="lesson_next").click().run()
+    assert at.number_input(key="step").value == 1 and len(_box(at, 1)) == 1
+    assert at.selectbox(key="block").value == lesson.step_blocks(2)[0]
+    at.button(key="lesson_next").click().run()
+    at.button(key="lesson_next").click().run()
+    assert at.number_input(key="step").value == 3 and at.selectbox(key="block").value == "enc.pe"
+    assert at.query_params["step"] == ["3"] or at.query_params["step"] == "3"
+    at.button(key="lesson_back").click().run()
+    assert at.selectbox(key="block").value == "enc.scale" and len(_box(at, 2)) == 1
+    at.selectbox(key="block").set_value("out").run()  # the student looks elsewhere: the step stays, the pick too
+    assert at.selectbox(key="block").value == "out" and len(_box(at, 2)) == 1
+    assert not at.exception
