@@ -287,3 +287,50 @@ def test_models_for_a_direction_and_resolving_a_url_value(imported, tiny_checkpo
     for foreign in (None, "", "en-de", "opus-mt-fr-en", "../checkpoints/opus-mt-en-de", ".hidden"):
         assert resolve_checkpoint(root, "en-de", foreign) == root / "en-de", foreign
     assert resolve_checkpoint(root, "de-en", "opus-mt-en-de") == root / "de-en"  # another direction's model
+
+
+PICKER_SCRIPT = """
+import streamlit as st
+
+from aiayn.app.model_picker import chosen_checkpoint, model_picker
+
+direction = st.radio("direction", ["en-de", "de-en"], key="direction", bind="query-params")
+name = model_picker(direction)
+st.write(f"served: {chosen_checkpoint(direction).name} ({name})")
+"""
+
+
+def test_model_picker_offers_every_model_of_the_direction(imported, tiny_checkpoints, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    script = tmp_path / "picker.py"
+    script.write_text(PICKER_SCRIPT, encoding="utf-8")
+
+    def run(**query):
+        at = AppTest.from_file(str(script))
+        for k, v in query.items():
+            at.query_params[k] = v
+        return at.run()
+
+    at = run()
+    box = at.radio(key="model")
+    assert box.options == ["en-de", "opus-mt-en-de"]
+    captions = list(box.proto.captions)
+    n = json.loads((imported / "config.json").read_text(encoding="utf-8"))["num_parameters"]
+    assert captions[0].endswith("trained here")
+    assert captions[1].startswith(f"{n / 1e6:.1f}M parameters · ") and captions[1].endswith("imported: Opus-MT")
+    assert at.markdown[0].value == "served: en-de (en-de)"  # the shipped model is the default
+    box.set_value("opus-mt-en-de").run()
+    assert at.markdown[0].value == "served: opus-mt-en-de (opus-mt-en-de)"
+    at.radio(key="direction").set_value("de-en").run()
+    assert [r.key for r in at.radio] == ["direction"] and at.markdown[0].value == "served: de-en (de-en)"
+    linked = run(model="opus-mt-en-de")  # a link (the choice is in the URL) opens the model
+    assert linked.markdown[0].value == "served: opus-mt-en-de (opus-mt-en-de)"
+    assert linked.query_params["model"] == "opus-mt-en-de"
+    bad = run(model="../../etc")
+    assert "model=../../etc" in bad.warning[0].value and bad.markdown[0].value == "served: en-de (en-de)"
