@@ -52,7 +52,7 @@ if step:
     now = lesson.lesson_step(step, trace, lens, tr.cfg)
     lesson_ui.show_step(now, lesson.N_STEPS, labels[now.block])
 block = st.selectbox("Block of Figure 1 (bottom to top: encoder, decoder, output)", list(labels), key="block",
-                     bind="query-params")
+                     bind="query-params", format_func=lambda k: labels.get(k, k))
 block = block if block in labels else keys[0][0]
 tokens = trace.meta["src_tokens"] if block.startswith("enc") else trace.meta["decoder_input_tokens"]
 view = f1.block_view(trace, block, tokens, pieces=tr.tokenizer.id_to_piece)
