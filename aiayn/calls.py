@@ -265,3 +265,119 @@ def logit_lens(model: "Transformer", trace: "BlockTrace", k: int = 5) -> LogitLe
         top = probs.topk(k, dim=-1)
         target = trace.target[None, ..., None].expand(probs.size(0), -1, -1, 1)
         return LogitLens(top.indices, top.values, probs.gather(-1, target).squeeze(-1))
+
+
+# -- gradient attribution -----------------------------------------------------------------------------------------
+class Attributed(NamedTuple):
+    """The result of :func:`attribute` for one sentence pair.
+
+    Attributes:
+        source: ``(T, S)`` float64 attribution of each target piece's log-probability (row t: ``target[t]``) to
+            each source piece's embedding.
+        prefix: ``(T, T)`` float64 attribution to each decoder-input piece's embedding (``decoder_start`` then
+            ``target[:-1]``); zero above the diagonal (the decoder is causal).
+        log_prob: ``(T,)`` float64 ``log p(target[t])`` at the input (``f(x)``).
+        baseline_log_prob: ``(T,)`` float64 the same at the baseline (``f(x')``; NaN for ``"grad_x_input"``).
+        target: the ``T`` target ids; decoder_input: the ``T`` ids fed.
+    """
+
+    source: np.ndarray
+    prefix: np.ndarray
+    log_prob: np.ndarray
+    baseline_log_prob: np.ndarray
+    target: list
+    decoder_input: list
+
+
+ATTRIBUTION_METHODS = ("integrated_gradients", "grad_x_input")
+ATTRIBUTION_BASELINES = ("zero", "pad")
+
+
+def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: Tensor):
+    """``f([src_e (m, S, D), dec_e (m, T, D)]) -> (m, T)`` ``log p(target[t])`` of the model run with its
+    embedding tables' outputs ``E[ids]`` replaced by the given tensors (then x sqrt(d_model) + PE inside
+    :meth:`~aiayn.model.transformer.Transformer.embed`, as always). The replacement is a forward hook that lives
+    for one call of f and fires only in its thread; encode runs before decode, so the first table call gets the
+    source and the second the decoder input (one shared table or two)."""
+    import threading
+
+    tables = list({id(m): m for m in ([model.embedding] if model.cfg.share_embeddings
+                                       else [model.src_embedding, model.tgt_embedding])}.values())
+
+    def f(xs: list) -> Tensor:
+        queue, thread = list(xs), threading.get_ident()
+
+        def hook(module, args, output):
+            if threading.get_ident() != thread:
+                return None
+            new = queue.pop(0)
+            if new.shape != output.shape:
+                raise RuntimeError(f"embedding replacement {tuple(new.shape)} for an output {tuple(output.shape)}")
+            return new.to(output.dtype)
+
+        handles = [t.register_forward_hook(hook) for t in tables]
+        m = xs[0].size(0)
+        try:
+            with torch.enable_grad(), autocast_for(src.device, False):
+                logits = model(src.expand(m, -1), dec.expand(m, -1))
+        finally:
+            for h in handles:
+                h.remove()
+        if queue:
+            raise RuntimeError("the model did not call its embedding tables once per side")
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        return log_probs.gather(-1, target.expand(m, -1)[..., None]).squeeze(-1)
+
+    return f
+
+
+def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence[int], *,
+              method: str = "integrated_gradients", steps: int = 128, baseline: str = "zero") -> Attributed:
+    """Attribution of each target piece's log-probability (teacher-forced, as :func:`teacher_forced`) to the
+    source and decoder-input embeddings (:mod:`aiayn.analysis.attribution`).
+
+    The attributed inputs are the embedding outputs ``E[ids] sqrt(d_model)`` *before* the positional encoding
+    is added (Section 3.4, 3.5): PE stays fixed along the path, so a zero baseline is "positions only". Gradient
+    x input is invariant to the sqrt(d_model) factor; integrated gradients scale the same straight line.
+    float32 throughout, gradients enabled; the model's parameters get no ``.grad``.
+
+    Args:
+        model: the Transformer (its train/eval mode is not changed: call it in eval mode).
+        src_ids, target_ids: one source and one target, each ending with ``</s>``, at most ``max_len`` ids.
+        method: ``"integrated_gradients"`` (Sundararajan et al. 2017) or ``"grad_x_input"``.
+        steps: integrated gradients' trapezoidal intervals (``steps + 1`` forward-backward points, each one
+            backward pass per target piece).
+        baseline: ``"zero"`` (x' = 0) or ``"pad"`` (every piece's embedding replaced by ``<pad>``'s).
+
+    Returns:
+        :class:`Attributed` (NumPy, CPU).
+
+    Raises:
+        ValueError: unknown method or baseline, bad ``steps``, ids malformed (as :func:`teacher_forced`).
+    """
+    from .analysis import attribution as at
+
+    if method not in ATTRIBUTION_METHODS:
+        raise ValueError(f"unknown attribution method {method!r}; choose one of {ATTRIBUTION_METHODS}")
+    if baseline not in ATTRIBUTION_BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; choose one of {ATTRIBUTION_BASELINES}")
+    if not len(src_ids) or not len(target_ids):
+        raise ValueError("attribution needs a non-empty source and target")
+    cfg, device = model.cfg, model.device
+    src, target = batch(cfg, [src_ids], device), batch(cfg, [target_ids], device)
+    model._check_tokens(src, "src")
+    model._check_tokens(target, "tgt")
+    dec = shift_right(cfg, target)
+    src_table = model.embedding if cfg.share_embeddings else model.src_embedding
+    tgt_table = model.embedding if cfg.share_embeddings else model.tgt_embedding
+    with torch.no_grad():
+        inputs = [src_table(src[0]).float(), tgt_table(dec[0]).float()]
+        pads = [src_table.weight[cfg.pad_id].float(), tgt_table.weight[cfg.pad_id].float()]
+    f = _embedding_function(model, src, dec, target)
+    if method == "grad_x_input":
+        res = at.grad_times_input(f, inputs)
+    else:
+        bases = [torch.zeros_like(x) if baseline == "zero" else p.expand_as(x) for x, p in zip(inputs, pads)]
+        res = at.integrated_gradients(f, inputs, bases, steps)
+    return Attributed(res.scores[0], res.scores[1], res.value, res.baseline_value, [int(i) for i in target_ids],
+                      dec[0].tolist())
