@@ -137,3 +137,41 @@ def test_row_agreement_shapes_and_values():
     assert np.isnan(out[1, 2, 0]).all() and not np.isnan(out[1, 2, 1]).any()
     with pytest.raises(ValueError):
         at.row_agreement(attr, maps[..., :4])
+
+
+def test_agreement_readings_and_their_mean():
+    rng = np.random.default_rng(1)
+    L, H, T, S = 2, 3, 4, 5
+    sentences = []
+    for _ in range(2):
+        attr, cross, normed, rolled = rng.random((T, S)), rng.random((L, H, T, S)), rng.random((L, H, T, S)), rng.random((T, S))
+        sentences.append((attr, cross, rolled, normed))
+    per = [at.agreement_readings(*s) for s in sentences]
+    assert per[0]["heads"].shape == (L, H, T, 2) and per[0]["head_mean"].shape == (L, T, 2)
+    assert per[0]["rollout"].shape == (T, 2)
+    attr, cross = sentences[1][0], sentences[1][1]
+    assert per[1]["head_mean"][1, 2, 1] == pytest.approx(stats.kendalltau(attr[2], cross[1].mean(0)[2]).statistic)
+    per[0]["rollout"][0] = np.nan  # an undefined row is left out of the mean
+    mean = at.mean_agreement(per)
+    want = np.mean([per[0]["rollout"][t, 0] for t in range(1, T)] + [per[1]["rollout"][t, 0] for t in range(T)])
+    assert mean["rollout"]["spearman"] == pytest.approx(want) and mean["rollout"]["rows"] == 2 * T - 1
+    assert mean["heads"]["kendall"].shape == (L, H)
+    assert mean["heads"]["kendall"][1, 0] == pytest.approx(np.mean([p["heads"][1, 0, :, 1] for p in per]))
+    with pytest.raises(ValueError):
+        at.mean_agreement([])
+
+
+def test_sentence_agreement_on_a_tiny_model(model):
+    from aiayn.analysis.flow import rollout
+    from aiayn.attribution_eval import sentence_agreement
+
+    src, tgt = [5, 9, 11, 7, 2], [6, 13, 21, 2]
+    one = sentence_agreement(model, src, tgt, method="grad_x_input")
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    assert one["cross"].shape == (L, H, 4, 5) and one["agreement"]["heads"].shape == (L, H, 4, 2)
+    imp = np.abs(one["attribution"].source)
+    l, h, t = L - 1, H - 1, 2
+    assert one["agreement"]["heads"][l, h, t, 0] == pytest.approx(stats.spearmanr(imp[t], one["cross"][l, h, t]).statistic)
+    forced = calls.teacher_forced_ids(model, [src], [tgt], return_attention=True)
+    np.testing.assert_allclose(one["rollout"], rollout(forced.maps, "cross")[-1, 0].numpy())
+    assert np.all((one["share"] >= 0) & (one["share"] <= 1))

@@ -228,3 +228,46 @@ def row_agreement(attr: np.ndarray, maps: np.ndarray) -> np.ndarray:
     flat = maps.reshape(-1, *attr.shape)
     out = np.array([[rank_agreement(row, m[t]) for t, row in enumerate(attr)] for m in flat])
     return out.reshape(*maps.shape[:-1], 2)
+
+
+#: the attention readings :func:`agreement_readings` compares attribution with.
+READINGS = ("heads", "head_mean", "rollout", "norm_heads", "norm_head_mean")
+
+
+def agreement_readings(attr: np.ndarray, cross: np.ndarray, rolled: np.ndarray, normed: np.ndarray) -> dict:
+    """Rank agreement (:func:`row_agreement`) of one sentence's source attribution with every attention reading.
+
+    Args:
+        attr: ``(T, S)`` importance of each source piece for each target piece (e.g. ``|IG|``).
+        cross: ``(L, H, T, S)`` cross-attention weights.
+        rolled: ``(T, S)`` cross-attention rollout up to the last layer (:func:`aiayn.analysis.flow.rollout`).
+        normed: ``(L, H, T, S)`` norm-based cross attention (:func:`aiayn.analysis.norms.norm_weighted`).
+
+    Returns:
+        ``{reading: (..., T, 2)}`` for :data:`READINGS`: ``heads`` / ``norm_heads`` ``(L, H, T, 2)``,
+        ``head_mean`` / ``norm_head_mean`` (layer-wise head mean) ``(L, T, 2)``, ``rollout`` ``(T, 2)``.
+    """
+    return {"heads": row_agreement(attr, cross), "head_mean": row_agreement(attr, np.mean(cross, axis=1)),
+            "rollout": row_agreement(attr, rolled), "norm_heads": row_agreement(attr, normed),
+            "norm_head_mean": row_agreement(attr, np.mean(normed, axis=1))}
+
+
+def mean_agreement(per_sentence: Sequence[dict]) -> dict:
+    """The mean over every row of every sentence (NaN rows left out) of :func:`agreement_readings`' results:
+    ``{reading: {"spearman": array, "kendall": array, "rows": array}}`` with the leading dims of each reading
+    (``(L, H)``, ``(L,)`` or ``()``); ``rows`` counts the defined rows.
+
+    Raises:
+        ValueError: no sentence.
+    """
+    if not per_sentence:
+        raise ValueError("no sentence to average over")
+    out = {}
+    for name in per_sentence[0]:
+        rows = np.concatenate([np.moveaxis(s[name], -2, 0) for s in per_sentence])  # (rows, ..., 2)
+        ok = ~np.isnan(rows)
+        n = ok.sum(0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(n > 0, np.nansum(rows, axis=0) / np.maximum(n, 1), np.nan)
+        out[name] = {"spearman": mean[..., 0], "kendall": mean[..., 1], "rows": n[..., 0]}
+    return out
