@@ -47,13 +47,17 @@ keys = f1.block_keys(tr.cfg.n_layers)
 labels = dict(keys)
 ui.warn_bad_param("block", list(labels), "unknown block of Figure 1")
 ui.warn_bad_param("step", [str(i) for i in range(lesson.N_STEPS + 1)], f"the lesson has steps 1 to {lesson.N_STEPS}")
-step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers))
-if step:
-    now = lesson.lesson_step(step, trace, lens, tr.cfg)
-    lesson_ui.show_step(now, lesson.N_STEPS, labels[now.block])
-block = st.selectbox("Block of Figure 1 (bottom to top: encoder, decoder, output)", list(labels), key="block",
-                     bind="query-params", format_func=lambda k: labels.get(k, k))
+text_col, figure_col = ui.chart_columns([1, 1])  # stacked in presenter mode: the lesson's text first
+with text_col:
+    step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers))
+    if step:
+        now = lesson.lesson_step(step, trace, lens, tr.cfg)
+        lesson_ui.show_step(now, lesson.N_STEPS, labels[now.block])
+    block = st.selectbox("Block of Figure 1 (bottom to top: encoder, decoder, output)", list(labels), key="block",
+                         bind="query-params")
 block = block if block in labels else keys[0][0]
+with figure_col:
+    lesson_ui.block_chart(f1.architecture_figure(tr.cfg.n_layers, block, template=ctx.template), list(labels))
 tokens = trace.meta["src_tokens"] if block.startswith("enc") else trace.meta["decoder_input_tokens"]
 view = f1.block_view(trace, block, tokens, pieces=tr.tokenizer.id_to_piece)
 cfg = tr.cfg

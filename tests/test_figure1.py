@@ -79,3 +79,27 @@ def test_page_opens_and_every_block_draws(checkpoints):
     assert "Decoder layer 2" in charts(at)["block_heatmap"]["layout"]["title"]["text"]
     lens = arr(charts(at)["lens"]["data"][0]["z"])
     assert lens.shape[0] == 2 and np.all((lens >= 0) & (lens <= 1))
+
+
+def test_architecture_figure_draws_every_block_and_highlights_the_selected():
+    keys = {k for k, _ in f1.block_keys(3)}
+    for selected in ("enc.pe", "dec.3.cross_attn", "out"):
+        fig = f1.architecture_figure(3, selected)
+        blocks, chips = fig.data[-2], fig.data[-1]
+        layer = int(selected.split(".")[1]) if selected.count(".") == 2 else 1
+        drawn = set(blocks.customdata) | set(chips.customdata)
+        # the drawn layer's sub-layers, every layer through its chip, and every non-layer block
+        assert {k for k in keys if k.count(".") < 2 or k.split(".")[1] == str(layer)} <= drawn <= keys
+        assert {f"{s}.{l}.self_attn" for s in ("enc", "dec") for l in (1, 2, 3)} <= set(chips.customdata)
+        boxes = [s for s in fig.layout.shapes if s.x1 - s.x0 < 2.2]  # the block boxes (the N x frames are wider)
+        assert len(boxes) == len(blocks.customdata)
+        red = [k for s, k in zip(boxes, blocks.customdata) if s.line.width == 4]
+        assert red and set(red) == {selected}  # a sub-layer and its Add & Norm, or Linear and Softmax: one key
+        assert all(s.line.width == 1 for s, k in zip(boxes, blocks.customdata) if k != selected)
+        chip_red = [k for k, c in zip(chips.customdata, chips.marker.color) if c == "#d62728"]
+        assert chip_red == ([f"{selected.split('.')[0]}.{layer}.self_attn"] if selected.count(".") == 2 else [])
+    with pytest.raises(ValueError, match="layer must be"):
+        f1.architecture_blocks(3, layer=4)
+    assert f1.selected_block([{"x": 1, "customdata": "dec.2.ffn"}]) == "dec.2.ffn"
+    assert f1.selected_block([{"x": 1, "customdata": ["enc.1.ffn"]}]) == "enc.1.ffn"
+    assert f1.selected_block([{"x": 1}]) is None and f1.selected_block([]) is None

@@ -36,3 +36,20 @@ def show_step(step, n_steps: int, label: str) -> None:
     with st.container(border=True):
         st.markdown(f"**Step {step.index} of {n_steps} · {step.title}** — block: :orange-background[{label}]\n\n"
                     f"{step.markdown}")
+
+
+def block_chart(fig, blocks: Sequence[str], *, key: str = "architecture", block_key: str = "block") -> None:
+    """Show a figure whose points carry block keys (``customdata``) so that a click on a point selects that block
+    in the picker keyed ``block_key`` (Streamlit returns clicks on scatter points, not on shapes or heatmaps)."""
+    from ..figures.figure1 import selected_block
+    from .charts import plotly_config, prepare_figure
+
+    def picked() -> None:
+        event = st.session_state.get(key) or {}
+        chosen = selected_block((event.get("selection") or {}).get("points", []))
+        if chosen in blocks:
+            st.session_state[block_key] = chosen
+
+    prepare_figure(fig)
+    st.plotly_chart(fig, width="stretch", config=plotly_config("figure1_architecture"), key=key, theme="streamlit",
+                    on_select=picked, selection_mode="points")

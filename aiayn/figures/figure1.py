@@ -211,3 +211,119 @@ def logit_lens_figure(lens, *, colorscale: str = "Viridis", template: str | None
                       xaxis=dict(title="the piece that came next", type="category"),
                       margin=dict(l=10, r=10, t=50, b=40))
     return use_template(fig, template)
+
+
+# -- the architecture, drawn as the paper's Figure 1 ----------------------------------------------------------------
+
+_ARCH_COLOURS = {"embed": "#f7c6c7", "scale": "#f7c6c7", "pe": "#ffffff", "attn": "#fbd7a5", "norm": "#f3efb5",
+                 "ffn": "#c5e3f6", "linear": "#d9d2ef", "softmax": "#cfeccb"}
+_SELECTED = "#d62728"
+
+
+def _arch_boxes(side: str, layer: int) -> list[tuple[str, str, str, float]]:
+    """``(block key, label, colour kind, y)`` of one stack as Figure 1 draws it, bottom to top, for ``layer``."""
+    name = "Input" if side == "enc" else "Output"
+    rows = [(f"{side}.embed", f"{name} Embedding", "embed", 1.0), (f"{side}.scale", "× √d_model", "scale", 2.0),
+            (f"{side}.pe", "⊕ Positional<br>Encoding", "pe", 3.0)]
+    subs = ([("self_attn", "Multi-Head Attention"), ("ffn", "Feed Forward")] if side == "enc" else
+            [("self_attn", "Masked Multi-Head<br>Attention"), ("cross_attn", "Multi-Head Attention"),
+             ("ffn", "Feed Forward")])
+    y = 4.0
+    for sub, label in subs:
+        key = f"{side}.{layer}.{sub}"
+        rows += [(key, label, "ffn" if sub == "ffn" else "attn", y), (key, "Add & Norm", "norm", y + 1)]
+        y += 2
+    return rows
+
+
+def architecture_blocks(n_layers: int, layer: int = 1) -> list[dict]:
+    """Every box of :func:`architecture_figure`: ``{"key", "label", "kind", "x", "y"}``; the encoder at x = 1, the
+    decoder at x = 4, sub-layers of layer ``layer`` (the one drawn inside the N× frame), the output's Linear and
+    Softmax above the decoder. Layer chips (``kind == "layer"``) at the frames' outer sides pick the layer.
+
+    Raises:
+        ValueError: ``layer`` outside 1..n_layers.
+    """
+    if not 1 <= layer <= n_layers:
+        raise ValueError(f"layer must be between 1 and {n_layers}, got {layer}")
+    boxes = [dict(key=k, label=lab, kind=kind, x=1.0 if side == "enc" else 4.0, y=y)
+             for side in ("enc", "dec") for k, lab, kind, y in _arch_boxes(side, layer)]
+    boxes += [dict(key="out", label="Linear", kind="linear", x=4.0, y=11.0),
+              dict(key="out", label="Softmax", kind="softmax", x=4.0, y=12.0)]
+    for side, x, top in (("enc", -0.5, 7.4), ("dec", 5.5, 9.4)):
+        for l in range(1, n_layers + 1):
+            y = 3.8 + (top - 3.8) * (l - 0.5) / n_layers
+            boxes.append(dict(key=f"{side}.{l}.self_attn", label=str(l), kind="layer", x=x, y=y, layer=l))
+    return boxes
+
+
+def _layer_of(key: str | None) -> int:
+    parts = (key or "").split(".")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 1
+
+
+def architecture_figure(n_layers: int, selected: str | None = None, *, template: str | None = None) -> go.Figure:
+    """Figure 1 of the paper as a plotly figure: encoder stack left, decoder stack right, each with its embedding,
+    × √d_model (Section 3.4), ⊕ positional encoding (Section 3.5) and one layer in an N× frame (Section 3.1:
+    multi-head attention, masked multi-head attention, encoder-decoder attention, feed-forward, each with its
+    Add & Norm), the encoder's output feeding the decoder's middle attention, Linear and Softmax on top.
+
+    Boxes are layout shapes; one scatter trace carries one marker per box (``customdata`` the block key of
+    :func:`block_keys`), so a click on a box selects its block (``st.plotly_chart(on_select=...)``); a second trace
+    holds the layer chips. The ``selected`` block's boxes get a thick red border and its layer is drawn.
+    """
+    layer = min(max(_layer_of(selected), 1), n_layers)
+    boxes = architecture_blocks(n_layers, layer)
+    fig = go.Figure()
+    for x0, x1, top, label in ((-0.2, 2.2, 7.6, f"N× = {n_layers}"), (2.8, 5.2, 9.6, f"N× = {n_layers}")):
+        fig.add_shape(type="rect", x0=x0, x1=x1, y0=3.6, y1=top, line=dict(color="#888888", width=1.5),
+                      fillcolor="#f2f2f2", layer="below")
+        fig.add_annotation(x=x0 - 0.05 if x0 < 0 else x1 + 0.05, y=top + 0.25, text=label, showarrow=False,
+                           xanchor="right" if x0 < 0 else "left", font=dict(size=13))
+    # the encoder's output (the memory) into the decoder's encoder-decoder attention (K and V)
+    fig.add_scatter(x=[1, 1, 2.5, 2.5, 3.2], y=[7.4, 8.1, 8.1, 6.0, 6.0], mode="lines", hoverinfo="skip",
+                    showlegend=False, line=dict(color="#555555", width=1.5))
+    for x in (1.0, 4.0):
+        top = 7.4 if x == 1.0 else 12.4
+        fig.add_scatter(x=[x, x], y=[0.4, top], mode="lines", hoverinfo="skip", showlegend=False,
+                        line=dict(color="#555555", width=1.5), cliponaxis=False)
+    main = [b for b in boxes if b["kind"] != "layer"]
+    for b in main:
+        sel = b["key"] == selected
+        w = 1.05
+        fig.add_shape(type="rect", x0=b["x"] - w, x1=b["x"] + w, y0=b["y"] - 0.36, y1=b["y"] + 0.36,
+                      fillcolor=_ARCH_COLOURS[b["kind"]], line=dict(color=_SELECTED if sel else "#444444",
+                                                                       width=4 if sel else 1))
+        # annotations, not the trace's text: they draw above the boxes (shapes cover traces)
+        fig.add_annotation(x=b["x"], y=b["y"], text=b["label"], showarrow=False, font=dict(size=11, color="#111111"))
+    fig.add_scatter(x=[b["x"] for b in main], y=[b["y"] for b in main], mode="markers", name="blocks",
+                    customdata=[b["key"] for b in main],
+                    hovertext=[f"{b['label'].replace('<br>', ' ')} · {b['key']}" for b in main], hoverinfo="text",
+                    showlegend=False,
+                    marker=dict(symbol="square", size=34, color="rgba(0,0,0,0.01)"))
+    chips = [b for b in boxes if b["kind"] == "layer"]
+    sel_side = selected.split(".")[0] if selected and selected.count(".") == 2 else None
+    fig.add_scatter(x=[b["x"] for b in chips], y=[b["y"] for b in chips], mode="markers+text", name="layers",
+                    text=[b["label"] for b in chips], customdata=[b["key"] for b in chips], showlegend=False,
+                    hovertext=[f"layer {b['layer']}" for b in chips], hoverinfo="text", textfont=dict(size=11),
+                    marker=dict(size=20, color=[_SELECTED if b["layer"] == layer and b["key"].startswith(f"{sel_side}.")
+                                                else "#dddddd" for b in chips]))
+    for x, text in ((1.0, "Inputs"), (4.0, "Outputs (shifted right)")):
+        fig.add_annotation(x=x, y=0.15, text=text, showarrow=False, font=dict(size=12))
+    fig.add_annotation(x=4.0, y=12.85, text="Output Probabilities", showarrow=False, font=dict(size=12))
+    fig.update_layout(height=620, margin=dict(l=10, r=10, t=10, b=10), dragmode=False, clickmode="event+select",
+                      xaxis=dict(visible=False, range=[-1.0, 6.0], fixedrange=True),
+                      yaxis=dict(visible=False, range=[-0.2, 13.2], fixedrange=True))
+    return use_template(fig, template)
+
+
+def selected_block(points: Sequence[dict]) -> str | None:
+    """The block key of the first clicked point of an :func:`architecture_figure` selection (Streamlit's
+    ``event.selection.points``), None when nothing carries a key."""
+    for p in points or []:
+        key = p.get("customdata")
+        if isinstance(key, list):
+            key = key[0] if key else None
+        if isinstance(key, str):
+            return key
+    return None

@@ -99,7 +99,8 @@ def _scale(trace, lens, cfg) -> tuple[str, dict]:
 
 
 def _pe(trace, lens, cfg) -> tuple[str, dict]:
-    s, p, x = _np(trace.encoder.scaled), trace.encoder.positional.detach().float().cpu().numpy(), _np(trace.encoder.input)
+    s, x = _np(trace.encoder.scaled), _np(trace.encoder.input)
+    p = trace.encoder.positional.detach().float().cpu().numpy()
     n = {"pe_norm": float(_rows(p[: s.shape[0]]).mean()), "emb_norm": float(_rows(s).mean()),
          "cos": float(_cos(x, s).mean())}
     return (f"Section 3.5: sines and cosines of the position are added, since attention alone ignores word order. "
@@ -121,8 +122,8 @@ def _enc_ffn(trace, lens, cfg) -> tuple[str, dict]:
     s = _sub(trace, "enc", 1, "ffn")
     zeros = (_np(s.hidden) == 0).mean(-1)
     n = {"d_ff": int(s.hidden.shape[-1]), "zeros": float(zeros.mean()), "change": _residual(s)}
-    return (f"Eq. 2, FFN(x) = max(0, xW₁ + b₁)W₂ + b₂, runs on each position separately through **{n['d_ff']}** "
-            f"hidden units. On your sentence the ReLU sets **{pct(n['zeros'])}** of them to exactly zero; the "
+    return (f"Eq. 2, FFN(x) = max(0, xW₁ + b₁)W₂ + b₂, runs on each position separately through "
+            f"**{n['d_ff']}** hidden units. On your sentence the ReLU sets **{pct(n['zeros'])}** of them to exactly zero; the "
             f"residual stream changes by **{pct(n['change'])}** of its length in this sub-layer."), n
 
 
