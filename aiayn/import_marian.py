@@ -289,8 +289,8 @@ def _convert_and_write(model: Any, tok: Any, source: str, out: Path, dtype: str,
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    """``aiayn import-marian SOURCE --out DIR [--dtype float16|float32] [--direction en-de]``; exit 2 with a
-    one-line error when the import is refused."""
+    """``aiayn import-marian SOURCE --out DIR [--dtype float16|float32] [--direction en-de] [--sweep]``; exit 2
+    with a one-line error when the import is refused."""
     ap = argparse.ArgumentParser(prog="aiayn import-marian",
                                  description="Convert a Marian (Opus-MT) model into an aiayn checkpoint directory "
                                              "(needs transformers; the result does not).")
@@ -299,6 +299,9 @@ def cli_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="stored weights")
     ap.add_argument("--direction", default=None, help="src-tgt (default: from the tokenizer or the model name)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--sweep", action="store_true",
+                    help="then compute the head-ablation sweep into DIR/head_sweep.json (aiayn sweep; en-de and de-en "
+                         "only), so no visitor of the app ever waits for it")
     args = ap.parse_args(argv)
     try:
         out, a = import_marian(args.source, args.out, dtype=args.dtype, direction=args.direction,
@@ -308,4 +311,8 @@ def cli_main(argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote {out}: greedy output equal on {a.greedy_equal}/{a.sentences} sentences, max |log-prob "
           f"difference| {a.max_abs_logprob_diff:.2e} ({a.dtype} weights)")
+    if args.sweep:
+        from .sweep import cli_main as sweep_main
+
+        return sweep_main(["--checkpoint", str(out)])
     return 0

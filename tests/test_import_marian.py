@@ -334,3 +334,13 @@ def test_model_picker_offers_every_model_of_the_direction(imported, tiny_checkpo
     assert linked.query_params["model"] == "opus-mt-en-de"
     bad = run(model="../../etc")
     assert "model=../../etc" in bad.warning[0].value and bad.markdown[0].value == "served: en-de (en-de)"
+
+
+def test_sweep_after_import_runs_on_the_written_checkpoint(marian_source, tmp_path, capsys):
+    """--sweep hands the new directory to `aiayn sweep` (the sweep itself is tested in tests/test_ablation.py); a
+    direction without curated examples is refused by the sweep, after the import itself has been written."""
+    out = tmp_path / "fr-en"
+    assert cli_main([str(marian_source), "--out", str(out), "--direction", "fr-en", "--sweep", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert f"wrote {out}" in captured.out and (out / "model.safetensors").is_file()
+    assert "head sweep: unknown direction 'fr-en'" in captured.err
