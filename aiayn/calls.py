@@ -381,3 +381,41 @@ def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence
         res = at.integrated_gradients(f, inputs, bases, steps)
     return Attributed(res.scores[0], res.scores[1], res.value, res.baseline_value, [int(i) for i in target_ids],
                       dec[0].tolist())
+
+
+def norm_based_maps(model: "Transformer", src: Tensor, target: Tensor) -> dict[str, np.ndarray]:
+    """Norm-based attention (Kobayashi et al. 2020; :func:`aiayn.analysis.norms.norm_based`) of every kind, layer
+    and head of a teacher-forced pass: the weights of :func:`teacher_forced` and each layer's key/value input
+    from :func:`traced` (float32 passes, results float64 on the CPU).
+
+    Args:
+        model, src, target: as :func:`teacher_forced`.
+
+    Returns:
+        ``{"encoder": (L, B, H, S, S), "decoder": (L, B, H, T, T), "cross": (L, B, H, T, S)}`` float64; rows of
+        padded positions are computed but meaningless, padded keys have zero weight.
+
+    Raises:
+        ValueError: as :func:`teacher_forced`.
+    """
+    from .analysis.norms import norm_based
+
+    maps = teacher_forced(model, src, target, return_attention=True).maps
+    trace = traced(model, src, target)
+
+    def params(att) -> tuple:
+        return tuple(t.detach().float().cpu().numpy() for t in (att.w_v.weight, att.w_v.bias, att.w_o.weight))
+
+    def inputs(stack) -> np.ndarray:
+        return torch.stack([layer.sublayer("self_attn").sublayer_in for layer in stack.layers]).cpu().numpy()
+
+    memory = trace.encoder.output.cpu().numpy()
+    H = model.cfg.n_heads
+    return {
+        "encoder": norm_based(maps.encoder.float().cpu().numpy(), inputs(trace.encoder),
+                              [params(layer.self_attn) for layer in model.encoder_layers], H),
+        "decoder": norm_based(maps.decoder.float().cpu().numpy(), inputs(trace.decoder),
+                              [params(layer.self_attn) for layer in model.decoder_layers], H),
+        "cross": norm_based(maps.cross.float().cpu().numpy(), np.stack([memory] * len(model.decoder_layers)),
+                            [params(layer.cross_attn) for layer in model.decoder_layers], H),
+    }

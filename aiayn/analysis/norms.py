@@ -62,3 +62,28 @@ def norm_weighted(weights: np.ndarray, norms: np.ndarray) -> np.ndarray:
     if w.shape[:-2] != n.shape[:-1] or w.shape[-1] != n.shape[-1]:
         raise ValueError(f"weights {w.shape} and norms {n.shape} do not match (want (..., H, T, S) and (..., H, S))")
     return w * n[..., None, :]
+
+
+def norm_based(weights: np.ndarray, kv_inputs: np.ndarray, params: list, n_heads: int) -> np.ndarray:
+    """Norm-based attention of a stack of layers of one kind: ``alpha_ij ||f_h(x_j)||`` for every layer, sentence
+    and head.
+
+    Args:
+        weights: ``(L, B, H, Q, K)`` attention weights.
+        kv_inputs: ``(L, B, K, D)`` each layer's key/value input x (self-attention: what the sub-layer reads,
+            post-LN the residual stream, pre-LN its LayerNorm; cross-attention: the encoder output).
+        params: one ``(w_v, b_v, w_o)`` per layer, as :func:`transformed_values`.
+        n_heads: H.
+
+    Returns:
+        ``(L, B, H, Q, K)`` float64.
+
+    Raises:
+        ValueError: shapes that do not fit.
+    """
+    w, x = np.asarray(weights), np.asarray(kv_inputs)
+    if w.ndim != 5 or x.ndim != 4 or w.shape[:2] != x.shape[:2] or w.shape[-1] != x.shape[2] or len(params) != w.shape[0]:
+        raise ValueError(f"want weights (L, B, H, Q, K), inputs (L, B, K, D) and L params; got {w.shape}, {x.shape}, "
+                         f"{len(params)}")
+    return np.stack([norm_weighted(w[l], np.stack([value_norms(xb, *params[l], n_heads) for xb in x[l]]))
+                     for l in range(w.shape[0])])
