@@ -23,7 +23,7 @@ def step_controls(blocks: Sequence[str], *, block_key: str = "block") -> int:
     c_back, c_next, c_step = st.columns([1, 1, 2], vertical_alignment="bottom")
     step = int(c_step.number_input(f"Lesson step (1 to {n}; 0: off)", 0, n, 0, key="step", bind="query-params"))
     c_back.button("← Back", key="lesson_back", on_click=_move, args=(-1, n), disabled=step <= 1, width="stretch")
-    c_next.button("Next →" if step else "Start the lesson", key="lesson_next", on_click=_move, args=(1, n),
+    c_next.button("Next →" if step else "Lesson →", key="lesson_next", on_click=_move, args=(1, n),
                   disabled=step >= n, width="stretch", type="primary")
     if step and st.session_state.get(_APPLIED) != step:
         st.session_state[block_key] = blocks[step - 1]
