@@ -252,9 +252,10 @@ def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> di
     from .flops import measure_matmul_peak
 
     torch.set_num_threads(max(1, int(spec.get("threads") or torch.get_num_threads())))
-    res: dict[str, list] = {"old": [], "new": [], "peaks": []}
+    res: dict[str, list] = {"old": [], "new": [], "peaks": [], "fp32_peaks": []}
     for r in range(rounds):
         res["peaks"].append(measure_matmul_peak())
+        res["fp32_peaks"].append(measure_matmul_peak(torch.float32))
         order = (("old", OLD_CPU_LOOP), ("new", {})) if r % 2 == 0 else (("new", {}), ("old", OLD_CPU_LOOP))
         for name, recipe in order:
             log(f"[trainer] cpu loop {name}, round {r + 1} of {rounds}")
@@ -263,11 +264,13 @@ def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> di
                 run["threads"] = 0
             res[name].append(measure_loop(run))
     res["peaks"].append(measure_matmul_peak())
+    res["fp32_peaks"].append(measure_matmul_peak(torch.float32))
     old = float(np.mean([x["tokens_per_s"] for x in res["old"]]))
     new = float(np.mean([x["tokens_per_s"] for x in res["new"]]))
     peak = max(x["gflops"] for x in res["peaks"])
     fpt = res["new"][0]["flops_per_target_token"]
-    return dict(res, old_tokens_per_s=old, new_tokens_per_s=new, speedup=new / old, peak_gflops=peak,
+    fp32_peak = max(x["gflops"] for x in res["fp32_peaks"])
+    return dict(res, old_tokens_per_s=old, new_tokens_per_s=new, speedup=new / old, peak_gflops=peak, fp32_peak_gflops=fp32_peak,
                 flops_per_target_token=fpt, gflops=new * fpt / 1e9, peak_share=new * fpt / 1e9 / peak, rounds=rounds)
 
 
@@ -289,12 +292,15 @@ def _speedup_rows(res: dict[str, Any]) -> list:
         Row("trainer.cpu.loop_speedup", "trainer", "cpu", "training loop speed-up", res["speedup"], "x",
             "default loop over the old fp32 eager loop, same data, same run (mean of each run's median record)"),
         Row("trainer.cpu.bf16_peak", "trainer", "cpu", "bf16 matmul peak (this run)", res["peak_gflops"], "GFLOP/s",
-            f"best a @ b of {', '.join(res['peaks'][0]['by_shape'])}, {res['peaks'][0]['threads']} threads; before each round "
+            f"best a @ b of {', '.join(res['peaks'][0]['by_shape'])} (shape@threads); before each round "
             f"and at the end: {peaks}", {"peaks": res["peaks"]}),
+        Row("trainer.cpu.fp32_peak", "trainer", "cpu", "float32 matmul peak (this run)", res["fp32_peak_gflops"], "GFLOP/s",
+            "the same shapes and threads in float32, for comparison (not the share's denominator)", {"fp32_peaks": res["fp32_peaks"]}),
         Row("trainer.cpu.loop_flops", "trainer", "cpu", "training loop FLOP/s", res["gflops"], "GFLOP/s",
             f"{res['flops_per_target_token'] / 1e6:.1f} MFLOP per target token (benchmarks/flops.py, padded shapes trained on)"),
         Row("trainer.cpu.loop_peak_share", "trainer", "cpu", "training loop, share of the bf16 matmul peak", res["peak_share"],
-            "fraction", "FLOP/s of the loop over the best bf16 matmul of the same run (goal 0.5)"),
+            "fraction", f"FLOP/s of the loop over the best bf16 matmul of the same run (goal 0.5); over the float32 peak: "
+            f"{res['gflops'] / res['fp32_peak_gflops']:.0%}"),
     ]
 
 
