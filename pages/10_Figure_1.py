@@ -9,6 +9,7 @@ import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import 
 import streamlit as st
 
 from aiayn import app as ui
+from aiayn import calls
 from aiayn.app import lesson as lesson_ui
 from aiayn.app.models import load_translator
 from aiayn.examples import EXAMPLES
@@ -34,6 +35,14 @@ def _walk(direction: str, text: str):
     return tree, lens
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def _chosen_probs(direction: str, src_ids: tuple, out_ids: tuple):
+    """p of each piece an output chose, from one teacher-forced pass over it (the one owner of model calls)."""
+    t = load_translator(direction)
+    forced = calls.teacher_forced_ids(t.model, [list(src_ids)], [list(out_ids)])
+    return forced.target_log_probs(t.cfg.pad_id)[0].exp().cpu().numpy()
+
+
 try:
     tree, lens = _walk(ctx.direction, cleaned)
 except ValueError as exc:
@@ -57,7 +66,8 @@ with text_col:
                          bind="query-params")
 block = block if block in labels else keys[0][0]
 with figure_col:
-    lesson_ui.block_chart(f1.architecture_figure(tr.cfg.n_layers, block, template=ctx.template), list(labels))
+    lesson_ui.picking_chart(f1.architecture_figure(tr.cfg.n_layers, block, template=ctx.template), list(labels),
+                            key="architecture", target_key="block", filename="figure1_architecture")
 tokens = trace.meta["src_tokens"] if block.startswith("enc") else trace.meta["decoder_input_tokens"]
 view = f1.block_view(trace, block, tokens, pieces=tr.tokenizer.id_to_piece)
 cfg = tr.cfg
@@ -72,9 +82,10 @@ else:
 
 # -- decoding as a search -----------------------------------------------------------------------------------------
 st.subheader("Decoding as a search")
-ui.show_figure(f1.beam_tree_figure(tree, template=ctx.template), key="beam_tree", filename="beam_tree")
-kept = [n for n in tree.nodes[1:] if n.kept or n.ended]
-force = st.selectbox("Force a node's prefix and decode the rest", [None] + [n.id for n in kept], key="force",
+nodes = [n.id for n in tree.nodes[1:]]  # a pruned node's prefix too: what the search would have said
+lesson_ui.picking_chart(f1.beam_tree_figure(tree, template=ctx.template), nodes, key="beam_tree", target_key="force",
+                        filename="beam_tree")
+force = st.selectbox("Force a node's prefix and decode the rest (or click a node)", [None] + nodes, key="force",
                      format_func=lambda i: "—" if i is None else " ".join(tree.nodes[j].piece for j in tree.path(i)))
 if force is not None:
     forced = tr.translate(cleaned, prefix=tree.tokens(force), return_attention=False)
@@ -98,3 +109,8 @@ sampled = tr.sample(cleaned, temperature=float(temperature), top_k=int(top_k), t
 st.table({"decoding": ["greedy", "beam 4", "sampled"],
           "output": [greedy.text, tree.translation.text, sampled.text],
           "log P": [round(greedy.log_prob, 3), round(tree.translation.log_prob, 3), round(sampled.log_prob, 3)]})
+outputs = [("greedy", greedy), ("beam 4", tree.translation), ("sampled", sampled)]
+ui.show_figure(f1.next_piece_figure([(name, t.output_tokens, _chosen_probs(ctx.direction, tuple(t.src_ids),
+                                                                            tuple(t.output_ids)))
+                                     for name, t in outputs if t.output_ids], template=ctx.template),
+               key="next_piece", filename="next_piece_probabilities")

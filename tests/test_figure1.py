@@ -2,6 +2,8 @@
 tree and logit lens figures against their values, and the page (AppTest on the tiny checkpoints)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -103,3 +105,17 @@ def test_architecture_figure_draws_every_block_and_highlights_the_selected():
     assert f1.selected_block([{"x": 1, "customdata": "dec.2.ffn"}]) == "dec.2.ffn"
     assert f1.selected_block([{"x": 1, "customdata": ["enc.1.ffn"]}]) == "enc.1.ffn"
     assert f1.selected_block([{"x": 1}]) is None and f1.selected_block([]) is None
+
+
+def test_next_piece_bars_show_each_decodings_chosen_probabilities(checkpoints, tiny_translator):
+    fig = f1.next_piece_figure([("greedy", ["a", "</s>"], [0.5, 0.25]), ("beam 4", ["b"], [0.75])])
+    assert [list(t.y) for t in fig.data] == [[0.5, 0.25], [0.75]] and list(fig.data[0].text) == ["a", "&lt;/s&gt;"]
+    at = open_page(PAGE, {"text": TEXT})
+    assert not at.exception
+    bars = charts(at)["next_piece"]["data"]
+    assert len(bars) == 3
+    beam = tiny_translator.beam_tree(TEXT, beam_size=4, length_penalty=0.6).translation
+    lp = tiny_translator.trace(TEXT, output_ids=beam.output_ids).log_probs[0]  # an independent pass: the trace
+    want = lp.gather(-1, torch.tensor(beam.output_ids)[:, None])[:, 0].exp().numpy()
+    np.testing.assert_allclose(arr(bars[1]["y"]), want, rtol=1e-4)
+    assert math.isclose(float(np.log(arr(bars[1]["y"])).sum()), beam.log_prob, rel_tol=1e-3, abs_tol=1e-3)

@@ -38,18 +38,19 @@ def show_step(step, n_steps: int, label: str) -> None:
                     f"{step.markdown}")
 
 
-def block_chart(fig, blocks: Sequence[str], *, key: str = "architecture", block_key: str = "block") -> None:
-    """Show a figure whose points carry block keys (``customdata``) so that a click on a point selects that block
-    in the picker keyed ``block_key`` (Streamlit returns clicks on scatter points, not on shapes or heatmaps)."""
-    from ..figures.figure1 import selected_block
+def picking_chart(fig, options: Sequence, *, key: str, target_key: str, filename: str) -> None:
+    """Show a figure whose points carry values (``customdata``: block keys, tree node ids) so that a click on a
+    point sets the widget keyed ``target_key`` to that value when it is one of ``options`` (Streamlit returns
+    clicks on scatter points, not on shapes or heatmaps); the widget stays the keyboard path."""
+    from ..figures.figure1 import clicked
     from .charts import plotly_config, prepare_figure
 
     def picked() -> None:
         event = st.session_state.get(key) or {}
-        chosen = selected_block((event.get("selection") or {}).get("points", []))
-        if chosen in blocks:
-            st.session_state[block_key] = chosen
+        chosen = clicked((event.get("selection") or {}).get("points", []))
+        if chosen in options:
+            st.session_state[target_key] = chosen
 
     prepare_figure(fig)
-    st.plotly_chart(fig, width="stretch", config=plotly_config("figure1_architecture"), key=key, theme="streamlit",
+    st.plotly_chart(fig, width="stretch", config=plotly_config(filename), key=key, theme="streamlit",
                     on_select=picked, selection_mode="points")

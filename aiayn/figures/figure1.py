@@ -317,13 +317,39 @@ def architecture_figure(n_layers: int, selected: str | None = None, *, template:
     return use_template(fig, template)
 
 
-def selected_block(points: Sequence[dict]) -> str | None:
-    """The block key of the first clicked point of an :func:`architecture_figure` selection (Streamlit's
-    ``event.selection.points``), None when nothing carries a key."""
+def clicked(points: Sequence[dict]):
+    """The ``customdata`` of the first clicked point that carries one (Streamlit's ``event.selection.points`` of
+    a chart whose points hold block keys or tree node ids), None when none does."""
     for p in points or []:
-        key = p.get("customdata")
-        if isinstance(key, list):
-            key = key[0] if key else None
-        if isinstance(key, str):
-            return key
+        value = p.get("customdata")
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            return value
     return None
+
+
+def selected_block(points: Sequence[dict]) -> str | None:
+    """The block key of the first clicked point of an :func:`architecture_figure` selection, None when no
+    point carries a key."""
+    value = clicked(points)
+    return value if isinstance(value, str) else None
+
+
+def next_piece_figure(rows: Sequence[tuple[str, Sequence[str], Sequence[float]]], *,
+                      template: str | None = None) -> go.Figure:
+    """Next-piece probability bars, one row per decoding (greedy, beam, sampled): at each step the probability the
+    model gave the piece that decoding chose (``rows``: ``(name, pieces, probabilities)``, from a teacher-forced
+    pass over each output); the piece written on its bar."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[name for name, _, _ in rows])
+    for i, (name, pieces, probs) in enumerate(rows, start=1):
+        fig.add_bar(x=list(range(len(pieces))), y=list(probs), text=[_text(p) for p in pieces], name=name,
+                    textposition="auto", showlegend=False, row=i, col=1,
+                    hovertemplate="step %{x}: %{text}<br>p = %{y:.3f}<extra>" + _text(name) + "</extra>")
+        fig.update_yaxes(range=[0, 1], title_text="p", row=i, col=1)
+    fig.update_xaxes(title_text="step", dtick=1, row=len(rows), col=1)
+    fig.update_layout(height=140 + 150 * len(rows), margin=dict(l=10, r=10, t=40, b=40))
+    return use_template(fig, template)
