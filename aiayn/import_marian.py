@@ -90,7 +90,11 @@ def _check_local_source(source: Path) -> None:
     if not any((source / w).is_file() for w in ("model.safetensors", "pytorch_model.bin")):
         _fail(f"{source} lacks the weights (model.safetensors or pytorch_model.bin)")
     tok_cfg = source / "tokenizer_config.json"
-    if tok_cfg.is_file() and json.loads(tok_cfg.read_text(encoding="utf-8")).get("separate_vocabs"):
+    try:
+        separate = tok_cfg.is_file() and json.loads(tok_cfg.read_text(encoding="utf-8")).get("separate_vocabs")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        _fail(f"{tok_cfg} is not valid JSON ({exc})")
+    if separate:
         _fail("tokenizer_config.json separate_vocabs=true: separate source/target vocabularies are not supported")
 
 

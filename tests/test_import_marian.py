@@ -172,6 +172,10 @@ def test_missing_files_and_bad_targets(marian_source, tmp_path, capsys):
     assert "vocab.json" in _one_error(capsys)
     assert cli_main([str(tmp_path / "nowhere" / "x y"), "--out", str(tmp_path / "b"), "--no-progress"]) == 2
     assert "no such folder" in _one_error(capsys)
+    (src / "vocab.json").write_text("{}")
+    (src / "tokenizer_config.json").write_text("{not json")
+    assert cli_main([str(src), "--out", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "tokenizer_config.json is not valid JSON" in _one_error(capsys)
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("mine")
