@@ -14,6 +14,7 @@ from aiayn.app.pickers import head_picker, kind_picker, layer_picker
 from aiayn.app.state import reference_follows, remember_form, seed_form, write_view
 from aiayn.app.explorer import (
     TAB_LABELS,
+    MEASURES,
     ExplorerView,
     all_heads_tab,
     head_stats_tab,
@@ -151,9 +152,12 @@ def view(result) -> None:
         hide = st.toggle("Hide <s> and </s>", key="nospecial", bind="query-params",
                          help="Leave out the special tokens (rows are not renormalised).")
         values = st.toggle("Write weights in cells", key="values", bind="query-params")
+        measure = st.segmented_control("Cells show", MEASURES, key="measure", bind="query-params", default="weights",
+                                       help="weights: attention weights alpha; norm-based: alpha times the norm of "
+                                            "the transformed value vector, ||alpha f(x)|| (Kobayashi et al. 2020)")
 
     v = ExplorerView(ctx, result, kind, layer, head, words=words,
-                     hide_special=hide, values=values)
+                     hide_special=hide, values=values, measure=measure or "weights")
     stack, q_lab, k_lab = v.stack()
 
     # Only the open tab is drawn (for a class of 30: drawing all five on a first visit was most of the

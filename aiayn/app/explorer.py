@@ -108,6 +108,8 @@ class ExplorerView:
         head: head, from 1, or None for the mean over heads.
         words: merge pieces into words; hide_special: leave out ``<s>`` / ``</s>``; values: write weights
             in the cells.
+        measure: ``"weights"`` (the attention weights) or ``"norm-based"`` (``alpha ||f(x)||``, Kobayashi et
+            al. 2020: :func:`norm_based_attention`).
     """
 
     ctx: Any
@@ -118,6 +120,7 @@ class ExplorerView:
     words: bool = False
     hide_special: bool = False
     values: bool = False
+    measure: str = "weights"
 
     @property
     def what(self) -> str:
@@ -135,7 +138,47 @@ class ExplorerView:
 
     def stack(self) -> tuple[np.ndarray, list[str], list[str]]:
         """:func:`aiayn.analysis.view_stack` of this view: ``(L, H, Q, K)`` weights and unique labels."""
-        return view_stack(self.translation.attention, self.kind, words=self.words, hide_special=self.hide_special)
+        maps = self.translation.attention
+        if self.measure == "norm-based":
+            t = self.translation
+            maps = norm_based_maps(maps, norm_based_attention(self.ctx.direction, tuple(t.src_ids), tuple(t.output_ids)))
+        return view_stack(maps, self.kind, words=self.words, hide_special=self.hide_special)
+
+
+#: what a cell of the explorer shows (the URL's ``measure``).
+MEASURES = ("weights", "norm-based")
+
+
+@st.cache_data(max_entries=32, show_spinner="Norm-based attention…")
+def norm_based_attention(direction: str, src_ids: tuple, output_ids: tuple) -> dict[str, np.ndarray]:
+    """Norm-based attention (Kobayashi et al. 2020) of every kind of one sentence, teacher-forced on the output
+    shown (:func:`aiayn.calls.norm_based_maps`): ``{kind: (L, 1, H, Q, K) float32}``."""
+    from .. import calls
+    from .models import load_translator
+
+    tr = load_translator(direction)
+    got = calls.norm_based_maps(tr.model, calls.batch(tr.cfg, [list(src_ids)], tr.device),
+                                calls.batch(tr.cfg, [list(output_ids)], tr.device))
+    return {k: v.astype(np.float32) for k, v in got.items()}
+
+
+def norm_based_maps(maps: Any, normed: dict[str, np.ndarray]) -> Any:
+    """A copy of ``maps`` (:class:`~aiayn.model.maps.AttentionMaps`, B=1) whose weights are ``normed``'s.
+
+    Raises:
+        ValueError: the shapes differ (the output was not the one the maps were read from).
+    """
+    import dataclasses
+
+    import torch
+
+    new = {}
+    for kind, arr in normed.items():
+        old = getattr(maps, kind)
+        if old is not None and tuple(old.shape) != arr.shape:
+            raise ValueError(f"norm-based {kind} maps {arr.shape} do not match the weights {tuple(old.shape)}")
+        new[kind] = torch.from_numpy(arr)
+    return dataclasses.replace(maps, **new)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
