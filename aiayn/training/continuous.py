@@ -40,13 +40,17 @@ CACHE = Path("~/.cache/aiayn").expanduser()
 #: stored in the shipped checkpoint's meta, and falls back to "cpu" when the meta has none
 RECIPES: dict[str, dict[str, Any]] = {
     # The recipe of the shipped checkpoints' last CPU sessions (docs/training.md, sessions 6 and 7): 4,096-token
-    # steps, Equation 3 with warmup 400 at 0.2 of its rate, sentence pairs twice, bf16 autocast on the CPU.
+    # steps, Equation 3 with warmup 400 at 0.2 of its rate, sentence pairs twice. Precision and threads are left
+    # to `aiayn train`, which times bf16 against float32 on the CPU it runs on (bf16 is slower on some CPUs with
+    # native bf16) and picks the threads from the load.
     "cpu": {"max_tokens": 4096, "accumulation": 1, "warmup_steps": 400, "lr_scale": 0.2, "upsample_sentences": 2,
-            "amp_cpu": True, "valid_every": 250, "valid_bleu_sentences": 100, "save_every": 250, "keep": 5},
+            "valid_every": 250, "valid_bleu_sentences": 100, "save_every": 250, "keep": 5},
     # For the tests: a few dozen steps of whatever (tiny) model the shipped checkpoint is.
     "tiny": {"max_tokens": 512, "accumulation": 1, "warmup_steps": 10, "max_steps": 24, "valid_every": 12,
              "valid_bleu_sentences": 2, "save_every": 6, "keep": 3, "max_len": 48},
 }
+#: training fields a warm start leaves to `aiayn train`'s own choice on this machine (see :func:`recipe_flags`)
+MACHINE_FIELDS = frozenset({"amp_cpu", "threads", "pad_multiple", "adam_impl", "amp", "compile"})
 #: model fields not passed to ``aiayn train --set`` (the vocabulary size comes from spm.model, the preset by name)
 NOT_SET = ("vocab_size", "preset_name")
 #: exit codes
@@ -173,7 +177,9 @@ def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, A
 
     if name == "shipped":
         stored = shipped_meta.get("train_config") or {}
-        keep = _train_flag_names() - set(OWN_FIELDS) - {"token_cache", "max_minutes"}
+        # what depends on the machine (precision, threads, padding, the Adam kernel) is decided anew by
+        # `aiayn train` on the machine that trains now, not copied from the one that trained the shipped model
+        keep = _train_flag_names() - set(OWN_FIELDS) - {"token_cache", "max_minutes"} - MACHINE_FIELDS
         train = {k: v for k, v in stored.items() if k in keep}
         if not train:
             name, train = "cpu", dict(RECIPES["cpu"])
@@ -382,7 +388,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE", help="training fields to change "
                     "(aiayn train flags, e.g. lr_scale=0.1 max_steps=5000)")
     ap.add_argument("--last", type=int, default=5, help="states averaged into the candidate (Section 6.1: 5)")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads for training and evaluation (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="CPU threads for training and evaluation (0, the default: aiayn train decides from the load)")
     ap.add_argument("--devsets", default=None, help="development sets folder (default: assets/devsets)")
     ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it")
     ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19)")
