@@ -9,7 +9,7 @@ Layout of ``OUT``::
     runs/{en-de,de-en}/          the run states (``aiayn train --run``), resumable by hand with ``aiayn train --resume``
     checkpoints/{en-de,de-en}/   the layout of the shipped ``checkpoints/*/``: config.json, model.safetensors (fp16),
                                  spm.model, metrics.jsonl, eval_test.json (+ eval_test_general.json), eval_dev.json
-                                 (the development sets of assets/devsets), MODEL_CARD.md,
+                                 (the development sets of assets/devsets), MODEL_CARD.md, alignment.json (aiayn align),
                                  head_sweep.json (and attention_history.safetensors when the run recorded one)
     logs/{en-de,de-en}.log       both children's output, each line stamped with the time and the stage
     logs/{en-de,de-en}.post.json what each post-training stage returned

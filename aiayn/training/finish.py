@@ -80,8 +80,10 @@ def _general_notes(notes: str, general: dict[str, Any] | None) -> str:
 
 
 def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], dev: str, status: dict[str, Any]) -> None:
-    """Average, evaluate on the test split(s) and the development sets, card (each required: raises _StageFailed) and
-    the optional sweep, all into ``tmp``."""
+    """Average, evaluate on the test split(s) and the development sets, card (each required: raises _StageFailed), the
+    heads' alignment error rate (``aiayn align``, IBM Model 1 from the training split beside it) and the sweep (both
+    optional: a failure is recorded, the checkpoint kept), all into ``tmp``."""
+    from ..alignment_eval import cli_main as align_main
     from ..evaluation.devsets import cli_main as dev_main
     from ..evaluation.modelcard import cli_main as card_main
     from ..evaluation.scoring import cli_main as evaluate_main
@@ -100,6 +102,7 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
     notes = _general_notes(args.notes, general)
     _stage(status, "card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
                                        "--hardware", args.hardware, "--notes", notes.strip()])
+    status["align"] = _call("align", align_main, ["--checkpoint", str(tmp), "--device", dev, "--ibm1", str(data / "train.tsv")])
     if args.no_sweep:
         status["sweep"] = "skipped (--no-sweep)"
     elif args.deadline and time.time() > args.deadline:
