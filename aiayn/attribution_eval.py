@@ -75,3 +75,30 @@ def gold_agreement(tr: "Translator", gold: str | Path = GOLD_PATH, *, direction:
     out["agreement"] = {k: {s: np.asarray(v[s]).tolist() for s in ("spearman", "kendall", "rows")}
                         for k, v in mean.items()}
     return out
+
+
+def gold_sentence(tr: "Translator", pair: al.GoldPair, direction: str, *, method: str = "integrated_gradients",
+                  steps: int = 64) -> dict[str, Any]:
+    """Everything the "Alignment and attribution" page shows for one gold pair in ``direction``: piece labels,
+    words, gold links ``(T_w, S_w)`` (target words as rows), the piece-level cross-attention ``(L, H, T, S)`` and
+    its norm-based version, the word maps of both with and without the shift by one (``{"weights" | "norms":
+    {False | True: (L, H, T_w, S_w)}}``), and :func:`sentence_agreement` (``method``, ``steps``).
+
+    Raises:
+        ValueError: the pair's pieces cannot be matched to its words, or it is longer than ``max_len``.
+    """
+    from . import calls
+    from .alignment_eval import _gold
+
+    src_w, tgt_w, transpose = _sides(pair, direction)
+    src = calls.encode_source(tr.tokenizer, tr.cfg, detokenize(src_w))
+    tgt = calls.encode_reference(tr.tokenizer, tr.cfg, detokenize(tgt_w))
+    if src.truncated or tgt.truncated:
+        raise ValueError(f"longer than max_len={tr.cfg.max_len} pieces")
+    src_pw, tgt_pw = al.piece_words(tr.pieces(src.ids), src_w), al.piece_words(tr.pieces(tgt.ids), tgt_w)
+    sure, possible = _gold(pair, len(tgt_w), len(src_w), transpose)
+    one = sentence_agreement(tr.model, src.ids, tgt.ids, method=method, steps=steps)
+    words = {kind: {shift: al.word_maps(one[m], al.query_words(tgt_pw, shift=shift), src_pw, len(tgt_w), len(src_w))
+                    for shift in (False, True)} for kind, m in (("weights", "cross"), ("norms", "norms"))}
+    return {**one, "src_words": list(src_w), "tgt_words": list(tgt_w), "sure": sure, "possible": possible,
+            "src_pieces": tr.pieces(src.ids), "tgt_pieces": tr.pieces(tgt.ids), "words": words}

@@ -51,6 +51,7 @@ PAGES: list[tuple[str, str, str]] = [
     ("pages/8_Attention_Rollout.py", "Attention rollout", ":material/account_tree:"),
     ("pages/9_Compare_Sentences.py", "Compare sentences", ":material/compare_arrows:"),
     ("pages/10_Figure_1.py", "Figure 1, walked", ":material/schema:"),
+    ("pages/11_Alignment_and_Attribution.py", "Alignment and attribution", ":material/join_inner:"),
 ]
 #: the repository root (page paths in :data:`PAGES` are relative to it)
 REPO_ROOT = Path(__file__).resolve().parents[2]

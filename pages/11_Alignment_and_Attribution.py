@@ -1,0 +1,107 @@
+"""Alignment and attribution: which cross-attention heads align words (alignment error rate against our own gold
+set, Och and Ney 2003), and whether attention agrees with gradient attribution (integrated gradients, Sundararajan
+et al. 2017) - see docs/alignment.md."""
+from __future__ import annotations
+
+import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
+
+import json
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from aiayn import app as ui
+from aiayn.alignment_eval import ALIGN_FILE, GOLD_PATH
+from aiayn.analysis import alignment as al
+from aiayn.app.charts import show_figure
+from aiayn.app.downloads import download_buttons
+from aiayn.attribution_eval import gold_sentence
+from aiayn.calls import ATTRIBUTION_METHODS
+from aiayn.figures.alignment import attribution_beside, gold_alignment, head_grid
+
+MEASURES = {"weights": "attention weights", "norms": "norm-based (Kobayashi et al. 2020)"}
+
+ctx = ui.setup_page("Alignment and attribution", icon=":material/join_inner:", intro=(
+    "Do heads align words? Each cross-attention head's **alignment error rate** (AER, Och and Ney 2003; lower is "
+    "better) on our own hand-aligned German-English gold set, read with and without the *shift by one* (Chen et al. "
+    "2020). Below, one gold sentence: the chosen head's word alignment with the gold links, and **integrated "
+    "gradients** of each target piece's log-probability beside the head's attention, with their rank agreement."))
+tr = ctx.translator
+path = ctx.checkpoint / ALIGN_FILE
+if not path.is_file():
+    st.info(f"No `{ALIGN_FILE}` beside this checkpoint: run `aiayn align --checkpoint {ctx.checkpoint}`.")
+    st.stop()
+payload = json.loads(path.read_text(encoding="utf-8"))
+L, H = payload["layers"], payload["heads"]
+
+c1, c2, c3 = st.columns([2, 3, 2])
+measure = c1.segmented_control("Maps", list(MEASURES), key="measure", bind="query-params", default="weights",
+                               help="weights: the attention weights; norms: norm-based attention, alpha ||f(x)|| "
+                                    "(Kobayashi et al. 2020)") or "weights"
+readings = list(payload[measure]["readings"])
+ui.warn_bad_param("reading", readings, "unknown reading")
+reading = c2.selectbox("Reading", readings, index=readings.index("source_shift") if "source_shift" in readings else 0,
+                       key="reading", bind="query-params",
+                       help="target: argmax per target word; source: per source word; their intersection / union; "
+                            "_shift: a decoder row belongs to the word it is fed (Chen et al. 2020).")
+r = payload[measure]["readings"][reading]
+best = r["best_head"]
+aer = np.asarray(r["head_aer"], dtype=float)
+show_figure(head_grid(aer, title=f"AER per head ({MEASURES[measure]}, {reading}; {payload['pairs']} gold pairs)",
+                          colorscale=ctx.colorscale + "_r", zmin=0, zmax=1, value_name="AER", template=ctx.template,
+                          best=(best["layer"], best["head"])), key="aer_grid", filename="aer_per_head")
+c3.metric("Best head", f"layer {best['layer'] + 1} head {best['head'] + 1}", f"AER {best['aer']:.3f}",
+          delta_color="off")
+aer_df = pd.DataFrame([{"layer": l, "head": h, "aer": aer[l, h]} for l in range(L) for h in range(H)])
+download_buttons(aer_df, json.dumps(payload[measure]["readings"][reading]), f"aer_{ctx.direction}_{measure}_{reading}",
+                 key="aer")
+
+# -- one gold sentence ------------------------------------------------------------------------------------------
+gold = al.read_gold(GOLD_PATH)
+d1, d2, d3, d4 = st.columns([2, 1, 1, 2], vertical_alignment="bottom")
+ui.warn_bad_param("sent", lambda v: v.isdigit() and int(v) < len(gold), f"the sentence must be 0 to {len(gold) - 1}")
+sent = int(d1.number_input("Gold sentence", 0, len(gold) - 1, 0, key="sent", bind="query-params"))
+layer = int(d2.number_input("Layer", 1, L, best["layer"] + 1, key="layer", bind="query-params"))
+head = int(d3.number_input("Head", 1, H, best["head"] + 1, key="head", bind="query-params"))
+method = d4.segmented_control("Attribution", ATTRIBUTION_METHODS, key="method", bind="query-params",
+                              default="grad_x_input") or "grad_x_input"
+
+
+@st.cache_data(max_entries=16, show_spinner="Attribution (one backward pass per target piece)…")
+def _sentence(direction: str, index: int, method: str) -> dict:
+    return gold_sentence(tr, gold[index], direction, method=method, steps=64)
+
+
+try:
+    one = _sentence(ctx.direction, sent, method)
+except ValueError as exc:
+    st.error(f"This gold pair cannot be shown: {exc}")
+    st.stop()
+st.markdown(f"**Source:** {' '.join(one['src_words'])}  \n**Target:** {' '.join(one['tgt_words'])}")
+shift = reading.endswith("_shift")
+wmap = one["words"][measure][shift][layer - 1, head - 1]
+show_figure(gold_alignment(wmap, one["tgt_words"], one["src_words"], one["sure"], one["possible"],
+                               title=f"Layer {layer} head {head} ({'shift by one' if shift else 'no shift'}) and the gold "
+                                     "links", colorscale=ctx.colorscale, template=ctx.template), key="gold_map")
+cross = one["cross" if measure == "weights" else "norms"][layer - 1, head - 1]
+attr = one["attribution"]
+gap = ""
+if method == "integrated_gradients":
+    total = attr.source.sum(1) + attr.prefix.sum(1)
+    diff = attr.log_prob - attr.baseline_log_prob
+    gap = f" Completeness (64 steps): worst gap {np.nanmax(np.abs(total - diff) / np.abs(diff)):.1%}."
+show_figure(attribution_beside(attr.source, cross, one["tgt_pieces"], one["src_pieces"],
+                                   attention_title=f"layer {layer} head {head} ({MEASURES[measure]})",
+                                   colorscale=ctx.colorscale, template=ctx.template), key="attr_beside")
+st.caption(f"Source share of each prediction (|attribution| to the source against the target prefix): mean "
+           f"{np.nanmean(one['share']):.2f}.{gap}")
+agree = one["agreement"]["norm_heads" if measure == "norms" else "heads"]
+rho = np.nanmean(agree[..., 0], axis=-1)
+show_figure(head_grid(rho, title="Spearman's rho of |attribution| with each head's row (mean over target pieces)",
+                          colorscale="RdBu", zmin=-1, zmax=1, value_name="rho", template=ctx.template,
+                          best=(layer - 1, head - 1)), key="agree_grid")
+rows = [{"reading": k, "spearman": float(np.nanmean(v[..., 0])), "kendall": float(np.nanmean(v[..., 1]))}
+        for k, v in one["agreement"].items()]
+download_buttons(pd.DataFrame(rows), json.dumps({"sentence": sent, "method": method, "agreement": rows}),
+                 f"agreement_{ctx.direction}_{sent}_{method}", key="agreement")
