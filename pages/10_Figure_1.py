@@ -36,6 +36,20 @@ def _walk(direction: str, text: str):
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
+def _greedy_and_sampled(direction: str, text: str, temperature: float, top_k: int, top_p: float, seed: int):
+    """Cached, so a lesson step or a block click does not decode the sentence again."""
+    t = load_translator(direction)
+    return (t.translate(text, beam_size=1, return_attention=False),
+            t.sample(text, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_attention=False))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _forced(direction: str, text: str, prefix: tuple):
+    """The translation that starts with a tree node's prefix (prefix-constrained beam search), cached."""
+    return load_translator(direction).translate(text, prefix=list(prefix), return_attention=False)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
 def _chosen_probs(direction: str, src_ids: tuple, out_ids: tuple):
     """p of each piece an output chose, from one teacher-forced pass over it (the one owner of model calls)."""
     t = load_translator(direction)
@@ -88,7 +102,7 @@ lesson_ui.picking_chart(f1.beam_tree_figure(tree, template=ctx.template), nodes,
 force = st.selectbox("Force a node's prefix and decode the rest (or click a node)", [None] + nodes, key="force",
                      format_func=lambda i: "—" if i is None else " ".join(tree.nodes[j].piece for j in tree.path(i)))
 if force is not None:
-    forced = tr.translate(cleaned, prefix=tree.tokens(force), return_attention=False)
+    forced = _forced(ctx.direction, cleaned, tuple(tree.tokens(force)))
     st.markdown(f"**Forced:** {forced.text or '∅'} (score {forced.score:.3f})")
 
 # -- logit lens ---------------------------------------------------------------------------------------------------
@@ -103,9 +117,7 @@ temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, step=0.1, key="temperature
 top_k = c2.number_input("top-k (0: all)", 0, 100, 0, key="top_k")
 top_p = c3.slider("top-p", 0.05, 1.0, 1.0, step=0.05, key="top_p")
 seed = c4.number_input("Seed", 0, 10_000, 0, key="seed")
-greedy = tr.translate(cleaned, beam_size=1, return_attention=False)
-sampled = tr.sample(cleaned, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed),
-                    return_attention=False)
+greedy, sampled = _greedy_and_sampled(ctx.direction, cleaned, float(temperature), int(top_k), float(top_p), int(seed))
 st.table({"decoding": ["greedy", "beam 4", "sampled"],
           "output": [greedy.text, tree.translation.text, sampled.text],
           "log P": [round(greedy.log_prob, 3), round(tree.translation.log_prob, 3), round(sampled.log_prob, 3)]})
