@@ -94,8 +94,8 @@ def _scale(trace, lens, cfg) -> tuple[str, dict]:
     e, s = _np(trace.encoder.embedding), _np(trace.encoder.scaled)
     n = {"factor": float(np.sqrt(e.shape[1])), "before": float(_rows(e).mean()), "after": float(_rows(s).mean())}
     return (f"Section 3.4: \"we multiply those weights by √d_model\": here by **{fmt(n['factor'])}**. The mean row "
-            f"length grows from **{fmt(n['before'])}** to **{fmt(n['after'])}**, so the positional encoding added "
-            f"next does not drown the word's identity."), n
+            f"length grows from **{fmt(n['before'])}** to **{fmt(n['after'])}**: the scale the positional "
+            f"encoding added next is measured against (next step)."), n
 
 
 def _pe(trace, lens, cfg) -> tuple[str, dict]:
@@ -133,7 +133,9 @@ def _layernorm(trace, lens, cfg) -> tuple[str, dict]:
     a, b = _np(s.norm_in), _np(s.norm_out)
     n = {"layer": L, "var_before": float(a.var(-1).mean()), "var_after": float(b.var(-1).mean()),
          "mean_after": float(b.mean(-1).mean())}
-    return (f"Section 3.1: every sub-layer's output is LayerNorm(x + Sublayer(x)). In encoder layer {L} the "
+    form = ("this model is pre-LN: x + Sublayer(LayerNorm(x)), the paper's is LayerNorm(x + Sublayer(x))"
+            if trace.norm_first else "every sub-layer's output is LayerNorm(x + Sublayer(x))")
+    return (f"Section 3.1: {form}. In encoder layer {L} the "
             f"per-token variance is **{fmt(n['var_before'])}** before the norm and **{fmt(n['var_after'])}** after "
             f"it, with a mean of **{fmt(n['mean_after'])}**: each token's vector is re-centred and rescaled "
             f"(then by the learned gain and bias)."), n
@@ -152,10 +154,13 @@ def _memory(trace, lens, cfg) -> tuple[str, dict]:
 def _dec_embed(trace, lens, cfg) -> tuple[str, dict]:
     d = _np(trace.decoder.embedding)
     toks = trace.meta["decoder_input_tokens"]
-    n = {"T": d.shape[0], "first": toks[0], "d_model": d.shape[1]}
+    n = {"T": d.shape[0], "first": toks[0], "d_model": d.shape[1], "shared": bool(cfg.share_embeddings)}
+    share = ("shares one embedding matrix between encoder, decoder and the final linear, as this model does"
+             if n["shared"] else "shares one embedding matrix between encoder, decoder and the final linear; "
+             "this model keeps them apart")
     return (f"Section 3.1: the decoder's input is the output \"shifted right\": its **{n['T']} pieces** start with "
-            f"{_q(n['first'])} and each step sees only the pieces before it. Section 3.4 shares one embedding "
-            f"matrix between encoder, decoder and the final linear: a **{n['T']} × {n['d_model']}** matrix here."), n
+            f"{_q(n['first'])} and each step sees only the pieces before it. Section 3.4 {share}. Here: a "
+            f"**{n['T']} × {n['d_model']}** matrix."), n
 
 
 def _dec_pe(trace, lens, cfg) -> tuple[str, dict]:
