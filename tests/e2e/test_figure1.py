@@ -1,0 +1,56 @@
+"""End-to-end: the Figure 1 page in a real headless Chromium at 1366x768 (harness: conftest.py): the lesson's Next
+moves the step in the URL, a click on a box of the drawn Figure 1 selects its block, a click on a beam-tree node
+forces its prefix (AppTest cannot click a chart: Streamlit returns scatter-point clicks from the browser only)."""
+from __future__ import annotations
+
+from e2e_harness import page_url, screenshot, wait_ready
+
+PAGE = "pages/10_Figure_1.py"
+
+#: pixel position of the first point of the trace named ``name`` whose customdata passes ``test`` (JS expression of d)
+_POINT = """([name, test]) => {
+  const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => g.data && g.data.some(t => t.name === name));
+  if (!gd) return null;
+  gd.scrollIntoView({block: 'center'});
+  const t = gd.data.find(t => t.name === name), i = t.customdata.findIndex(d => eval(test));
+  const fl = gd._fullLayout, r = gd.getBoundingClientRect();
+  return [r.left + fl._size.l + fl.xaxis.l2p(t.x[i]), r.top + fl._size.t + fl.yaxis.l2p(t.y[i]), t.customdata[i]];
+}"""
+
+
+def _click_point(pg, name: str, test: str):
+    pg.wait_for_function(f"() => [...document.querySelectorAll('.js-plotly-plot')].some(g => g.data && "
+                         f"g.data.some(t => t.name === {name!r}))")
+    pg.evaluate(_POINT, [name, test])  # scrolls it into view first
+    pg.wait_for_timeout(600)
+    x, y, value = pg.evaluate(_POINT, [name, test])
+    pg.mouse.move(x, y)
+    pg.wait_for_timeout(200)
+    pg.mouse.click(x, y)
+    pg.wait_for_timeout(800)
+    wait_ready(pg)
+    return value
+
+
+def test_lesson_architecture_and_tree_clicks(server, page):
+    pg = page
+    pg.set_viewport_size({"width": 1366, "height": 768})
+    pg.goto(page_url(server, PAGE, "step=2&text=I%20have%20no%20time."))
+    wait_ready(pg)
+    assert pg.get_by_text("Step 2 of 14").count() == 1
+    pg.get_by_role("button", name="Next →").click()
+    pg.wait_for_function("() => location.search.includes('step=3')")
+    wait_ready(pg)
+    assert pg.get_by_text("Step 3 of 14").count() == 1 and "block=enc.pe" in pg.url
+    screenshot(pg, "figure1_lesson")
+    assert _click_point(pg, "blocks", "d === 'dec.1.ffn'") == "dec.1.ffn"
+    pg.wait_for_function("() => location.search.includes('block=dec.1.ffn')")
+    pg.wait_for_function("() => [...document.querySelectorAll('.gtitle')].some(e => "
+                         "e.textContent.startsWith('Decoder layer 1: Feed-forward network'))")
+    assert _click_point(pg, "layers", "d === 'dec.2.self_attn'") == "dec.2.self_attn"
+    pg.wait_for_function("() => location.search.includes('block=dec.2.self_attn')")
+    pg.get_by_text("Decoding as a search").scroll_into_view_if_needed()
+    node = _click_point(pg, "kept", "true")
+    assert isinstance(node, int)
+    pg.get_by_text("Forced:").wait_for()
+    assert not pg.console_errors()
