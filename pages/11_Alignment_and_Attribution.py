@@ -51,15 +51,14 @@ aer = np.asarray(r["head_aer"], dtype=float)
 show_figure(head_grid(aer, title=f"AER per head ({MEASURES[measure]}, {reading}; {payload['pairs']} gold pairs)",
                           colorscale=ctx.colorscale + "_r", zmin=0, zmax=1, value_name="AER", template=ctx.template,
                           best=(best["layer"], best["head"])), key="aer_grid", filename="aer_per_head")
-c3.metric("Best head", f"layer {best['layer'] + 1} head {best['head'] + 1}", f"AER {best['aer']:.3f}",
-          delta_color="off")
+c3.metric(f"Best head (AER {best['aer']:.3f})", f"layer {best['layer'] + 1} head {best['head'] + 1}")
 aer_df = pd.DataFrame([{"layer": l, "head": h, "aer": aer[l, h]} for l in range(L) for h in range(H)])
 download_buttons(aer_df, json.dumps(payload[measure]["readings"][reading]), f"aer_{ctx.direction}_{measure}_{reading}",
                  key="aer")
 
 # -- one gold sentence ------------------------------------------------------------------------------------------
 gold = al.read_gold(GOLD_PATH)
-d1, d2, d3, d4 = st.columns([2, 1, 1, 2], vertical_alignment="bottom")
+d1, d2, d3, d4 = st.columns([1.4, 1, 1, 3], vertical_alignment="bottom")
 ui.warn_bad_param("sent", lambda v: v.isdigit() and int(v) < len(gold), f"the sentence must be 0 to {len(gold) - 1}")
 sent = int(d1.number_input("Gold sentence", 0, len(gold) - 1, 0, key="sent", bind="query-params"))
 layer = int(d2.number_input("Layer", 1, L, best["layer"] + 1, key="layer", bind="query-params"))
@@ -93,6 +92,7 @@ if method == "integrated_gradients":
     gap = f" Completeness (64 steps): worst gap {np.nanmax(np.abs(total - diff) / np.abs(diff)):.1%}."
 show_figure(attribution_beside(attr.source, cross, one["tgt_pieces"], one["src_pieces"],
                                    attention_title=f"layer {layer} head {head} ({MEASURES[measure]})",
+                                   attribution_title=f"|{method.replace('_', ' ')}| (row max = 1)",
                                    colorscale=ctx.colorscale, template=ctx.template), key="attr_beside")
 st.caption(f"Source share of each prediction (|attribution| to the source against the target prefix): mean "
            f"{np.nanmean(one['share']):.2f}.{gap}")

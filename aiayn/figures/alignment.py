@@ -87,7 +87,8 @@ def gold_alignment(word_map: np.ndarray, target_words: Sequence[str], source_wor
 
 
 def attribution_beside(attr: np.ndarray, attention: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str], *,
-                       attention_title: str = "attention", colorscale: str = "Viridis",
+                       attention_title: str = "attention", attribution_title: str = "|attribution| (row max = 1)",
+                       colorscale: str = "Viridis",
                        template: str | None = None) -> go.Figure:
     """``|attribution|`` ``(T, S)`` (each row scaled to its maximum, so rows compare by rank) beside an attention
     map ``(T, S)`` of the same sentence.
@@ -103,7 +104,7 @@ def attribution_beside(attr: np.ndarray, attention: np.ndarray, q_labels: Sequen
     y = [plotly_safe(t) for t in unique_labels(q_labels)]
     x = [plotly_safe(t) for t in unique_labels(k_labels)]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, shared_yaxes=True,
-                        subplot_titles=("|integrated gradients| (row max = 1)", plotly_safe(attention_title)))
+                        subplot_titles=(plotly_safe(attribution_title), plotly_safe(attention_title)))
     for col, z in ((1, a), (2, m)):
         fig.add_trace(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmin=0.0, coloraxis=None, showscale=col == 2,
                                  xgap=1, ygap=1, hovertemplate="%{y} ← %{x}: %{z:.3f}<extra></extra>"), 1, col)
