@@ -18,7 +18,9 @@ def test_norm_based_switch_shows_norm_weighted_attention(checkpoints, tiny_check
     want = calls.norm_based_maps(tr.model, calls.batch(tr.cfg, [t.src_ids]), calls.batch(tr.cfg, [t.output_ids]))
     at = open_page(PAGE, {"kind": kind, "layer": "1", "head": "2", "measure": "norm-based"})
     assert not at.exception, at.exception
-    z = arr(charts(at)["head_view"]["data"][0]["z"])
+    view = charts(at)["head_view"]
+    assert "(norm-based)" in view["layout"]["title"]["text"]
+    z = arr(view["data"][0]["z"])
     np.testing.assert_allclose(z, want[kind][0, 0, 1], rtol=1e-4, atol=1e-6)
     weights = arr(charts(open_page(PAGE, {"kind": kind, "layer": "1", "head": "2"}))["head_view"]["data"][0]["z"])
     assert not np.allclose(weights, z)  # the switch changes what is drawn

@@ -220,9 +220,11 @@ def one_head_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: li
     :meth:`ExplorerView.stack`."""
     yt, xt = AXIS_TITLES[v.kind]
     fig = attention_heatmap(v.pick(stack[v.layer - 1]), q_lab, k_lab,
-                            title=f"{KIND_TITLES[v.kind].capitalize()}, layer {v.layer}, {v.what}",
+                            title=f"{KIND_TITLES[v.kind].capitalize()}, layer {v.layer}, {v.what}"
+                                  + (" (norm-based)" if v.measure == "norm-based" else ""),
                             colorscale=v.ctx.colorscale, x_title=xt, y_title=yt, show_values=v.values,
-                            zmax=1.0 if v.values else None, template=v.ctx.template)
+                            zmax=1.0 if v.values and v.measure == "weights" else None, template=v.ctx.template,
+                            colorbar_title="||αf(x)||" if v.measure == "norm-based" else "weight")
     show_figure(fig, key="head_view", filename=v.stem, height=chart_height(fig.layout.height, v.ctx.presenter))
 
 
