@@ -175,3 +175,17 @@ def test_sentence_agreement_on_a_tiny_model(model):
     forced = calls.teacher_forced_ids(model, [src], [tgt], return_attention=True)
     np.testing.assert_allclose(one["rollout"], rollout(forced.maps, "cross")[-1, 0].numpy())
     assert np.all((one["share"] >= 0) & (one["share"] <= 1))
+
+
+def test_attribute_with_separate_source_and_target_tables():
+    model = perturbed_tiny_model(5, vocab_size=40, max_len=16, share_embeddings=False)
+    src, tgt = [5, 9, 11, 2], [6, 13, 2]
+    res = calls.attribute(model, src, tgt, method="grad_x_input")
+    forced = calls.teacher_forced_ids(model, [src], [tgt])
+    np.testing.assert_allclose(res.log_prob, forced.target_log_probs(model.cfg.pad_id)[0].numpy(), rtol=1e-5)
+    emb = model.src_embedding(torch.tensor([src])).detach().requires_grad_(True)
+    f = calls._embedding_function(model, calls.batch(model.cfg, [src]), calls.batch(model.cfg, [res.decoder_input]),
+                                  calls.batch(model.cfg, [tgt]))
+    out = f([emb, model.tgt_embedding(torch.tensor([res.decoder_input])).detach()])
+    (grad,) = torch.autograd.grad(out[0, 2], emb)
+    np.testing.assert_allclose(res.source[2], (grad[0] * emb[0]).sum(-1).detach().numpy(), rtol=1e-5, atol=1e-8)
