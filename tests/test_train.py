@@ -919,3 +919,29 @@ def test_residual_init_scale_starts_a_fresh_run_small_and_not_a_warm_start(tiny_
     c = weights(list_states(warm)[-1])
     for k in ends:
         np.testing.assert_allclose(c[k], a[k], rtol=1e-4, atol=1e-7, err_msg=k)
+
+
+def test_an_interrupted_prune_leaves_no_half_deleted_state(tmp_path, monkeypatch):
+    """An interrupt (Ctrl-C) while an old state is being deleted must not leave a ``step_*/`` that has lost its
+    weights but still looks like a state to ``list_states`` (and so to ``--resume``)."""
+    import shutil as _shutil
+
+    from aiayn.training import state as state_mod
+
+    run = tmp_path / "run"
+    for step in (1, 2):
+        d = run / f"step_{step:08d}"
+        d.mkdir(parents=True)
+        for name in ("config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"):
+            (d / name).write_text("{}")
+    real_rmtree = _shutil.rmtree
+
+    def interrupted_rmtree(path, *args, **kwargs):
+        (Path(path) / "model.safetensors").unlink()  # deletion got this far...
+        raise KeyboardInterrupt  # ...when the user pressed Ctrl-C
+
+    monkeypatch.setattr(state_mod.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        state_mod.prune_state(run / "step_00000001")
+    monkeypatch.setattr(state_mod.shutil, "rmtree", real_rmtree)
+    assert [p.name for p in state_mod.list_states(run)] == ["step_00000002"]

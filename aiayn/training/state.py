@@ -64,8 +64,20 @@ def save_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, st
     if history is not None:
         history.record(run_dir, model, state["step"])
     for old in list_states(run_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        prune_state(old)
+    for left in run_dir.glob(".step_*.pruned"):  # what an interrupted prune left behind
+        shutil.rmtree(left, ignore_errors=True)
     return final
+
+
+def prune_state(state_dir: Path) -> None:
+    """Remove a run state: first renamed out of :func:`list_states`' sight (one atomic step), then deleted, so an
+    interrupt during the deletion never leaves a half-deleted ``step_*/`` that looks like a state."""
+    hidden = state_dir.with_name(f".{state_dir.name}.pruned")
+    if hidden.exists():
+        shutil.rmtree(hidden, ignore_errors=True)
+    os.replace(state_dir, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def list_states(run_dir: str | Path) -> list[Path]:
