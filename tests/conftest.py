@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_models import make_tiny_checkpoint  # tests/ is on sys.path
+
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,21 +57,6 @@ def tiny_data(tmp_path_factory, fixture_pairs, tiny_spm) -> Path:
              "parameters": {"n_valid": 8, "n_test": 8, "heldout_pool": "auto"}}
     (d / "datasheet.json").write_text(json.dumps(sheet), encoding="utf-8")
     return d
-
-
-def make_tiny_checkpoint(directory: Path, spm_path: Path, direction: str, seed: int = 0, **overrides) -> Path:
-    """A randomly initialised tiny model saved as a checkpoint directory (fp16, like the shipped ones)."""
-    from aiayn import Transformer, TransformerConfig
-    from aiayn.checkpoint import save_checkpoint
-    from aiayn.tokenizer import Tokenizer
-
-    tok = Tokenizer.load(spm_path)
-    cfg = TransformerConfig.preset("tiny", vocab_size=tok.vocab_size, max_len=64, **overrides)
-    torch.manual_seed(seed)
-    model = Transformer(cfg)
-    src, tgt = direction.split("-")
-    return save_checkpoint(directory, model, spm_model=spm_path, dtype="float16",
-                           meta={"direction": direction, "src_lang": src, "tgt_lang": tgt, "note": "tiny random test model"})
 
 
 @pytest.fixture(scope="session")

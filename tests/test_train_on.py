@@ -43,7 +43,7 @@ def world(tiny_data, tiny_spm):
     """Data (a copy: the trainer caches tokens in it), a tiny 'shipped' checkpoint, small dev sets (3 pairs each),
     in a folder of its own: pytest removes older basetemp folders, also those of a pytest run beside this one, and
     these runs take a minute."""
-    from conftest import make_tiny_checkpoint
+    from tiny_models import make_tiny_checkpoint
 
     root = Path(tempfile.mkdtemp(prefix="aiayn-train-on-"))
     try:

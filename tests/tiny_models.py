@@ -2,6 +2,8 @@
 ``tests/`` on ``sys.path``)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from aiayn import Transformer, TransformerConfig
@@ -18,3 +20,18 @@ def perturbed_tiny_model(seed: int = 0, *, vocab_size: int = 40, max_len: int = 
         for p in model.parameters():
             p.add_(noise * torch.randn_like(p))
     return model.eval()
+
+
+def make_tiny_checkpoint(directory: Path, spm_path: Path, direction: str, seed: int = 0, **overrides) -> Path:
+    """A randomly initialised tiny model saved as a checkpoint directory (fp16, like the shipped ones)."""
+    from aiayn import Transformer, TransformerConfig
+    from aiayn.checkpoint import save_checkpoint
+    from aiayn.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(spm_path)
+    cfg = TransformerConfig.preset("tiny", vocab_size=tok.vocab_size, max_len=64, **overrides)
+    torch.manual_seed(seed)
+    model = Transformer(cfg)
+    src, tgt = direction.split("-")
+    return save_checkpoint(directory, model, spm_model=spm_path, dtype="float16",
+                           meta={"direction": direction, "src_lang": src, "tgt_lang": tgt, "note": "tiny random test model"})
