@@ -348,3 +348,32 @@ def test_sweep_after_import_runs_on_the_written_checkpoint(marian_source, tmp_pa
     captured = capsys.readouterr()
     assert f"wrote {out}" in captured.out and (out / "model.safetensors").is_file()
     assert "head sweep: unknown direction 'fr-en'" in captured.err
+
+
+def test_the_sidebar_picker_serves_the_imported_model(imported, tiny_checkpoints, tmp_path, monkeypatch):
+    import streamlit as st
+    from app_pages import charts, open_page
+
+    from aiayn import Translator
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    text = "The cat sat on the mat."
+    shown = {}
+    for model in ("opus-mt-en-de", None):
+        at = open_page("pages/2_Attention_Explorer.py", {"text": text, **({"model": model} if model else {})})
+        assert not at.exception, at.exception
+        assert at.radio(key="model").value == (model or "en-de")
+        shown[model] = charts(at)["head_view"]["data"][0]["x"]
+    imported_tokens = Translator.load(root / "opus-mt-en-de", device="cpu").translate(text).src_tokens
+    shipped_tokens = Translator.load(root / "en-de", device="cpu").translate(text).src_tokens
+    assert imported_tokens != shipped_tokens  # two tokenizers: the labels tell which model was served
+    assert [x.split(":", 1)[1] for x in shown["opus-mt-en-de"]] == [t.replace("<", "&lt;").replace(">", "&gt;") for t in imported_tokens]
+    assert [x.split(":", 1)[1] for x in shown[None]] == [t.replace("<", "&lt;").replace(">", "&gt;") for t in shipped_tokens]
+    st.cache_data.clear()
+    st.cache_resource.clear()

@@ -25,6 +25,7 @@ import plotly.io as pio
 
 from ..figures.theme import PRESENTER_FONT_SIZE
 from .charts import EXPORT_FORMATS
+from .model_picker import model_picker
 from .models import (
     DEFAULT_DIRECTION,
     DIRECTION_LABELS,
@@ -265,6 +266,7 @@ def frame_sidebar() -> PageContext:
             bind="query-params",
             help="Shared by all pages and kept in the URL, so a link reproduces the view.",
         )
+        model_picker(direction if direction in DIRECTIONS else DEFAULT_DIRECTION)
         presenter = st.toggle(
             "Presenter mode",
             key="presenter",

@@ -16,6 +16,7 @@ from typing import Any
 import streamlit as st
 
 from ..checkpoint_format import CHECKPOINT_FILES, DEFAULT_CHECKPOINTS_DIR, check_files, read_config
+from .model_picker import chosen_checkpoint
 
 DIRECTIONS: tuple[str, ...] = ("en-de", "de-en")
 DIRECTION_LABELS = {"en-de": "English → German", "de-en": "German → English"}
@@ -36,14 +37,15 @@ def checkpoints_dir() -> Path:
 
 
 def checkpoint_path(direction: str) -> Path:
-    """Checkpoint directory of ``direction`` (``"en-de"`` or ``"de-en"``).
+    """Checkpoint directory of ``direction`` (``"en-de"`` or ``"de-en"``) this session is served: the model chosen
+    in the sidebar's picker (:func:`aiayn.app.model_picker.chosen_checkpoint`), by default the shipped one.
 
     Raises:
         ValueError: an unknown direction.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction {direction!r}; choose one of {DIRECTIONS}")
-    return checkpoints_dir() / direction
+    return chosen_checkpoint(direction)  # the sidebar's model picker (the shipped model by default)
 
 
 def checkpoint_stamp(path: str | Path) -> str:
