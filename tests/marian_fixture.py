@@ -25,6 +25,20 @@ def train_spm(texts: list[str], vocab_size: int) -> bytes:
     return buffer.getvalue()
 
 
+def redraw_marian_weights(model, seed: int) -> None:
+    """Redraw every weight of a ``MarianMTModel`` but its fixed sinusoidal position tables from a wide distribution
+    (seeded), so that LayerNorms, biases and the final logits bias all matter in a comparison."""
+    gen = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" in name:
+                continue
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.5 if p.dim() > 1 else 0.2))
+            if "layer_norm" in name and name.endswith("weight"):
+                p.add_(1.0)
+        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=gen))
+
+
 def write_marian(directory: Path, pairs, *, seed: int = 0, **config_overrides) -> Path:
     """Write a tiny en-de Marian model + tokenizer into ``directory`` with ``save_pretrained``."""
     import transformers
@@ -55,15 +69,8 @@ def write_marian(directory: Path, pairs, *, seed: int = 0, **config_overrides) -
     kwargs.update(config_overrides)
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(transformers.MarianConfig(**kwargs)).eval()
-    gen = torch.Generator().manual_seed(seed + 100)
+    redraw_marian_weights(model, seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "embed_positions" in name:
-                continue
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.5 if p.dim() > 1 else 0.2))
-            if "layer_norm" in name and name.endswith("weight"):
-                p.add_(1.0)
-        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=gen))
         model.final_logits_bias[0, 0] += 4.5  # </s> likely but not certain: some outputs end early
     model.save_pretrained(str(d))
     return d

@@ -20,6 +20,7 @@ from aiayn import Transformer, TransformerConfig  # noqa: E402
 from aiayn.decoding import beam_search, greedy_decode  # noqa: E402
 from aiayn.interop import from_marian, to_torch_transformer  # noqa: E402
 from aiayn.model.positional import sinusoidal_encoding  # noqa: E402
+from marian_fixture import redraw_marian_weights  # noqa: E402
 
 PAD, EOS, V = 49, 0, 50
 
@@ -39,15 +40,7 @@ def tiny_marian(seed: int = 0, *, eager: bool = False, **overrides):
         config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(config).eval()
-    gen = torch.Generator().manual_seed(seed + 100)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "embed_positions" in name:
-                continue
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.5 if p.dim() > 1 else 0.2))
-            if "layer_norm" in name and name.endswith("weight"):
-                p.add_(1.0)
-        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=gen))
+    redraw_marian_weights(model, seed)
     return model
 
 
