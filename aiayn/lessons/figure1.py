@@ -202,20 +202,24 @@ def _lens(trace, lens, cfg) -> tuple[str, dict]:
             f"layer {L} at **{n['last']} of {T}**."), n
 
 
-def _softmax(trace, lens, cfg) -> tuple[str, dict]:
+def _chosen_log_probs(trace) -> np.ndarray:
+    """``(T,)`` float log-probabilities of the pieces the output chose (the trace's target), step by step."""
     lp = _np(trace.log_probs)
     tgt = np.asarray(trace.target[0].cpu())
-    p = np.exp(lp[np.arange(len(tgt)), tgt])
-    n = {"V": lp.shape[1], "piece": trace.meta["output_tokens"][0], "p0": float(p[0]), "mean_p": float(p.mean())}
+    return lp[np.arange(len(tgt)), tgt]
+
+
+def _softmax(trace, lens, cfg) -> tuple[str, dict]:
+    p = np.exp(_chosen_log_probs(trace))
+    n = {"V": _np(trace.log_probs).shape[1], "piece": trace.meta["output_tokens"][0], "p0": float(p[0]), "mean_p": float(p.mean())}
     return (f"Section 3.4: a linear map to the **{n['V']}** pieces of the vocabulary and a softmax give the "
             f"next-piece probabilities. Your output's first piece {_q(n['piece'])} had probability "
             f"**{fmt(n['p0'], 3)}**; over all steps the chosen pieces averaged **{fmt(n['mean_p'], 3)}**."), n
 
 
 def _search(trace, lens, cfg) -> tuple[str, dict]:
-    lp = _np(trace.log_probs)
-    tgt = np.asarray(trace.target[0].cpu())
-    n = {"log_p": float(lp[np.arange(len(tgt)), tgt].sum()), "T": len(tgt)}
+    chosen = _chosen_log_probs(trace)
+    n = {"log_p": float(chosen.sum()), "T": len(chosen)}
     return (f"Section 6.1: the output is not the argmax at each step but the result of beam search (beam size 4, "
             f"length penalty α = 0.6). The {n['T']} pieces you see have a total log-probability of "
             f"**{fmt(n['log_p'])}**; the tree below shows every hypothesis the search kept or pruned."), n
