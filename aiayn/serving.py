@@ -22,6 +22,12 @@ beam search and ``elapsed_ms`` is that batch's wall time.
 
 A batch that fails (one bad sentence) is run again one job at a time, so each caller gets its own result or its own
 error. Nothing is stored between calls except the counters of :attr:`DecodeQueue.stats`.
+
+**Background pieces.** Long work that one visitor starts (the head sweep of a checkpoint without a stored one: some
+hundred model runs) must not hold the class's turn. :meth:`DecodeQueue.run_background` runs one small piece of such
+work (one model run) with a lower priority: it gets the turn only when no normal job (a sentence, a :meth:`run`)
+waits, and a normal job that arrives while a piece runs is served before the next piece. A class's request thus
+waits for at most one piece. The long job itself, its progress and its cancellation live in :mod:`aiayn.jobs`.
 """
 from __future__ import annotations
 
@@ -43,11 +49,13 @@ DEFAULT_MAX_BATCH = 32
 
 @dataclass
 class _Job:
-    """One caller's work: a batchable sentence (``key`` not None: the decoding options) or a callable ``fn``."""
+    """One caller's work: a batchable sentence (``key`` not None: the decoding options) or a callable ``fn``
+    (``background``: a piece of long work, run only when no other job waits)."""
 
     key: tuple | None
     text: str | None = None
     fn: Callable[[], Any] | None = None
+    background: bool = False
     event: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     result: Any = None
@@ -66,13 +74,14 @@ class _Job:
 @dataclass
 class QueueStats:
     """Counters of a :class:`DecodeQueue` since it was made: ``turns`` (batches and single jobs run),
-    ``sentences`` (batchable sentences decoded), ``largest_batch`` and ``batched`` (sentences that shared a beam
-    search with at least one other)."""
+    ``sentences`` (batchable sentences decoded), ``largest_batch``, ``batched`` (sentences that shared a beam
+    search with at least one other) and ``background`` (pieces of background work run, also counted in ``turns``)."""
 
     turns: int = 0
     sentences: int = 0
     largest_batch: int = 0
     batched: int = 0
+    background: int = 0
 
 
 class DecodeQueue:
@@ -93,6 +102,7 @@ class DecodeQueue:
         self.max_batch = max_batch
         self._lock = threading.Lock()
         self._waiting: deque[_Job] = deque()
+        self._background: deque[_Job] = deque()  # pieces of long work: taken only when _waiting is empty
         self._busy = False
         self._runner: int | None = None  # thread id of the caller holding the turn
         self._stats = QueueStats()
@@ -104,26 +114,34 @@ class DecodeQueue:
             return QueueStats(**vars(self._stats))
 
     def explain(self, text: str, *, reference: str | None = None, beam_size: int = 4, length_penalty: float = 0.6,
-                max_len: int | None = None, n_best: int = 4, k: int = 10, head_mask: Any = None) -> "Translation":
+                max_len: int | None = None, n_best: int = 4, k: int = 10, head_mask: Any = None,
+                prefix: str | None = None) -> "Translation":
         """:func:`aiayn.analysis.explain` of ``text`` (same arguments, same result up to float32 rounding when
         batched: see the module's docstring), in its turn. Free-running sentences without a head mask are decoded
-        together with the other such sentences waiting with the same options; teacher-forced or ablated ones run
-        alone.
+        together with the other such sentences waiting with the same options; teacher-forced, ablated or
+        prefix-forced (``prefix``) ones run alone.
 
         Raises:
             ValueError: as :func:`aiayn.analysis.explain` (empty text or reference, bad beam settings, bad mask).
         """
-        if reference is None and head_mask is None:
+        if reference is None and head_mask is None and prefix is None:
             key = (int(beam_size), float(length_penalty), None if max_len is None else int(max_len), int(n_best),
                    int(k))
             return self._submit(_Job(key=key, text=text))
         return self.run(explain, self.translator, text, reference=reference, beam_size=beam_size,
-                        length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k, head_mask=head_mask)
+                        length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k, head_mask=head_mask,
+                        prefix=prefix)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` in its turn (no other job of this queue runs meanwhile); returns its result or
         raises its exception. ``fn`` may itself use this queue (its jobs then run at once, in the same turn)."""
         return self._submit(_Job(key=None, fn=lambda: fn(*args, **kwargs)))
+
+    def run_background(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` as a piece of background work: like :meth:`run` (exclusive, its result or its
+        exception), but its turn comes only when no normal job waits; background pieces among themselves take turns
+        oldest first. Keep a piece small (one model run): a normal job that arrives while it runs waits for it."""
+        return self._submit(_Job(key=None, fn=lambda: fn(*args, **kwargs), background=True))
 
     # -- the turn -------------------------------------------------------------------------------------------------
     def _submit(self, job: _Job) -> Any:
@@ -131,7 +149,7 @@ class DecodeQueue:
             self._execute([job])
             return job.outcome()
         with self._lock:
-            self._waiting.append(job)
+            (self._background if job.background else self._waiting).append(job)
             lead = not self._busy
             self._busy = True
         if not lead:
@@ -151,8 +169,11 @@ class DecodeQueue:
         return job.outcome()
 
     def _take(self) -> list[_Job]:
-        """The oldest waiting job and, if it is batchable, every waiting job with its key (up to ``max_batch``),
-        removed from the queue. Called with the lock held."""
+        """The oldest waiting normal job and, if it is batchable, every waiting job with its key (up to
+        ``max_batch``), removed from the queue; with no normal job waiting, the oldest background piece. Called with
+        the lock held."""
+        if not self._waiting:
+            return [self._background.popleft()]
         first = self._waiting.popleft()
         batch = [first]
         if first.key is not None and self.max_batch > 1:
@@ -165,8 +186,8 @@ class DecodeQueue:
 
     def _pass_turn(self) -> None:
         with self._lock:
-            if self._waiting:
-                self._waiting[0].event.set()  # its caller wakes up holding the turn
+            if self._waiting or self._background:  # a normal job first: background pieces wait behind them
+                (self._waiting or self._background)[0].event.set()  # its caller wakes up holding the turn
             else:
                 self._busy = False
 
@@ -174,7 +195,7 @@ class DecodeQueue:
         """Run ``batch`` and finish every job in it (never raises: errors go to their jobs)."""
         first = batch[0]
         if first.key is None:
-            self._count(0)
+            self._count(0, background=first.background)
             try:
                 first.finish(result=first.fn())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised in its thread
@@ -196,10 +217,11 @@ class DecodeQueue:
         for j, r in zip(batch, results):
             j.finish(result=r)
 
-    def _count(self, sentences: int) -> None:
+    def _count(self, sentences: int, *, background: bool = False) -> None:
         with self._lock:
             s = self._stats
             s.turns += 1
+            s.background += int(background)
             s.sentences += sentences
             s.largest_batch = max(s.largest_batch, sentences)
             s.batched += sentences if sentences > 1 else 0

@@ -57,6 +57,7 @@ def explain(
     n_best: int = 4,
     k: int = 10,
     head_mask: Any = None,
+    prefix: str | Sequence[int] | None = None,
 ) -> "Translation":
     """Translate (or teacher-force) one sentence and return everything the app shows about it.
 
@@ -66,7 +67,9 @@ def explain(
     given): :meth:`~aiayn.translator.Translator.force` feeds the reference to the decoder. ``head_mask``
     (``(3, L, H)``: encoder, decoder self, cross; 1 keeps a head, 0 removes its output, a float scales it;
     tensor, list, tuple or numpy array) ablates heads in every pass; the maps of a removed head are still
-    computed (what it would attend to).
+    computed (what it would attend to). ``prefix`` (free-running only): prefix-constrained decoding, the output
+    starts with the prefix's pieces and beam search decodes the rest (:meth:`~aiayn.translator.Translator.translate`);
+    the maps and next-piece probabilities are those of that forced output.
 
     Returns:
         a :class:`~aiayn.translator.Translation` with ``attention`` (B=1, float32, on the CPU), ``mode``
@@ -76,11 +79,15 @@ def explain(
         ``next_pieces_note`` says why.
 
     Raises:
-        ValueError: empty text or reference, bad beam settings, a bad ``head_mask``.
+        ValueError: empty text or reference, bad beam settings, a bad ``head_mask``, a bad ``prefix`` (as
+            :meth:`~aiayn.translator.Translator.translate`), a ``prefix`` together with a ``reference``.
     """
     if reference is None:
         return explain_batch(tr, [text], beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
-                             n_best=n_best, k=k, head_mask=head_mask)[0]
+                             n_best=n_best, k=k, head_mask=head_mask,
+                             prefixes=None if prefix is None else [prefix])[0]
+    if prefix is not None:
+        raise ValueError("a forced prefix applies to the model's own output, not to a teacher-forced reference")
     t, p = tr.force(text, reference, head_mask=head_mask)
     return _explained(tr, t, p.numpy(), k)
 
@@ -95,12 +102,14 @@ def explain_batch(
     n_best: int = 4,
     k: int = 10,
     head_mask: Any = None,
+    prefixes: Sequence[str | Sequence[int] | None] | None = None,
 ) -> list["Translation"]:
     """:func:`explain` (free-running) of several sentences at once: one beam search over the batch
     (:meth:`~aiayn.translator.Translator.translate_batch`) and one teacher-forced pass over the outputs
     (:func:`forced_probs_batch`). Used to decode the sentences of several app sessions together
     (:class:`aiayn.serving.DecodeQueue`).
 
+    ``prefixes``: one forced prefix per text, or None (:meth:`~aiayn.translator.Translator.translate_batch`).
     A list of one sentence gives exactly :func:`explain`. In a batch, sources are padded, so maps, scores and
     probabilities differ from a lone call by float32 rounding (measured: at most 2e-6 on the maps, 5e-7 on the
     scores; ``tests/test_serving.py`` holds them to 1e-5 and the texts and n-best lists to equality);
@@ -113,7 +122,7 @@ def explain_batch(
         ValueError: an empty text (names its index), bad beam settings, a bad ``head_mask``.
     """
     ts = tr.translate_batch(list(texts), beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
-                            n_best=n_best, return_attention=True, head_mask=head_mask)
+                            n_best=n_best, return_attention=True, head_mask=head_mask, prefixes=prefixes)
     done = [i for i, t in enumerate(ts) if t.output_ids]
     probs: list[np.ndarray | None] = [None] * len(ts)
     if done:
