@@ -230,8 +230,10 @@ def ibm1_baseline(parallel: Sequence[tuple[str, str]], pairs: Sequence[al.GoldPa
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    """``aiayn align --checkpoint DIR [--gold FILE] [--direction en-de|de-en] [--device cpu]``: write
-    ``DIR/alignment.json`` and print the best head."""
+    """``aiayn align --checkpoint DIR [--gold FILE] [--direction en-de|de-en] [--device cpu] [--history-only]``:
+    write ``DIR/alignment.json`` and print the best head; where the checkpoint has an attention history, also
+    ``DIR/alignment_history.json`` (:mod:`aiayn.alignment_history`: the AER at every recorded training state)."""
+    from .alignment_history import HISTORY_GOLD_PATH
     from .files import atomic_write_text
     from .translator import Translator
 
@@ -245,8 +247,14 @@ def cli_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ibm1", metavar="TSV", default=None,
                     help="also score IBM Model 1 trained on a sample of this de<TAB>en file (e.g. the data's train.tsv)")
     ap.add_argument("--ibm1-pairs", type=int, default=50000, help="how many lines of --ibm1 to sample")
+    ap.add_argument("--history-gold", default=str(HISTORY_GOLD_PATH),
+                    help="gold links of the sentences the attention history records (German index first)")
+    ap.add_argument("--history-only", action="store_true",
+                    help="only score the attention history's training states (no model is loaded)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.history_only:
+        return _history_part(args.checkpoint, args.history_gold)
     try:
         tr = Translator.load(args.checkpoint, device=args.device)
         payload = align_checkpoint(tr, args.gold, direction=args.direction)
@@ -269,6 +277,26 @@ def cli_main(argv: list[str] | None = None) -> int:
             print(f"  {key:<20} model mean {r['model_mean_aer']:.3f}  best layer mean "
                   f"{min(r['layer_mean_aer']):.3f}  best head {r['best_head']['aer']:.3f} "
                   f"(L{r['best_head']['layer'] + 1} H{r['best_head']['head'] + 1})")
+    return _history_part(args.checkpoint, args.history_gold)
+
+
+def _history_part(checkpoint: str, gold: str) -> int:
+    """Write ``alignment_history.json`` beside ``checkpoint`` and print its summary: the exit status (2 with the
+    reason on stderr for a damaged history or a recorded sentence without gold links; 0, saying so, for a
+    checkpoint without a history)."""
+    from .alignment_history import align_history, describe
+
+    try:
+        done = align_history(checkpoint, gold)
+    except (OSError, ValueError) as exc:
+        print(f"aiayn align: {exc}", file=sys.stderr)
+        return 2
+    if done is None:
+        print(f"{checkpoint}: no attention history (an imported model, or one trained before histories were "
+              "recorded): no AER across training")
+        return 0
+    print(f"{done[0]}: AER at {len(done[1]['steps'])} recorded training states")
+    print("\n".join(describe(done[1])))
     return 0
 
 
