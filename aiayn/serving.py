@@ -113,6 +113,12 @@ class DecodeQueue:
         with self._lock:
             return QueueStats(**vars(self._stats))
 
+    @property
+    def waiting(self) -> tuple[int, int]:
+        """``(normal jobs, background pieces)`` waiting for the turn now (the job running is not counted)."""
+        with self._lock:
+            return len(self._waiting), len(self._background)
+
     def explain(self, text: str, *, reference: str | None = None, beam_size: int = 4, length_penalty: float = 0.6,
                 max_len: int | None = None, n_best: int = 4, k: int = 10, head_mask: Any = None,
                 prefix: str | None = None) -> "Translation":

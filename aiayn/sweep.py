@@ -11,6 +11,10 @@ scores live in :mod:`aiayn.analysis.ablation`; every pass here goes through :mod
 
 A removed head's attention weights are still computed (what it would attend to); only its *output* is removed
 before ``W^O``. Torch is imported inside the functions, so that importing this module (the app does) stays light.
+
+The sweep runs the model ``2 (3 L H + 1)`` times; a server runs it as a background job (:mod:`aiayn.jobs`): each
+model run goes through a ``run`` hook (the app passes :meth:`aiayn.serving.DecodeQueue.run_background`, so a
+class's requests go first) and a ``should_stop`` hook is checked before each one (:class:`aiayn.jobs.Cancelled`).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .analysis.ablation import KINDS, corpus_chrf, head_mask_array
+from .jobs import Cancelled
 
 if TYPE_CHECKING:  # annotations only: these import torch / pandas
     import pandas as pd
@@ -99,16 +104,40 @@ def forced_maps(tr: "Translator", src_ids: Sequence[int], output_ids: Sequence[i
 
 
 # -- the sweep ------------------------------------------------------------------------------------------------
-def _score(tr: "Translator", pairs: Sequence[tuple[str, str]], head_mask: Any, beam_size: int) -> tuple[float, float]:
-    """(corpus chrF of the beam output, mean log-probability per reference piece) under ``head_mask``."""
-    outs = tr.translate_batch([s for s, _ in pairs], beam_size=beam_size, return_attention=False, head_mask=head_mask)
+#: what runs one model run of the sweep: ``run(fn, *args, **kwargs)`` returns ``fn(*args, **kwargs)``
+RunHook = Callable[..., Any]
+
+
+def _direct(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+def _pieces(run: RunHook | None, should_stop: Callable[[], bool] | None) -> RunHook:
+    """``run`` (default: a direct call) with ``should_stop`` checked before each model run."""
+    run = run or _direct
+
+    def piece(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if should_stop is not None and should_stop():
+            raise Cancelled("the head sweep was cancelled")
+        return run(fn, *args, **kwargs)
+
+    return piece
+
+
+def _score(tr: "Translator", pairs: Sequence[tuple[str, str]], head_mask: Any, beam_size: int,
+           run: RunHook = _direct) -> tuple[float, float]:
+    """(corpus chrF of the beam output, mean log-probability per reference piece) under ``head_mask``: two model
+    runs, each through ``run``."""
+    outs = run(tr.translate_batch, [s for s, _ in pairs], beam_size=beam_size, return_attention=False,
+               head_mask=head_mask)
     chrf = corpus_chrf([o.text for o in outs], [r for _, r in pairs])
-    total, n = reference_logprob(tr, pairs, head_mask=head_mask)
+    total, n = run(reference_logprob, tr, pairs, head_mask=head_mask)
     return chrf, total / max(n, 1)
 
 
 def head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, kinds: Sequence[str] = KINDS,
-               beam_size: int = 4, progress: Callable[[float, str], Any] | None = None) -> "pd.DataFrame":
+               beam_size: int = 4, progress: Callable[[float, str], Any] | None = None,
+               should_stop: Callable[[], bool] | None = None, run: RunHook | None = None) -> "pd.DataFrame":
     """Remove each head alone and measure what the translation loses (Michel et al. 2019; Voita et al. 2019).
 
     For the intact model and then for every ``(kind, layer, head)``: the beam output of all sources (beam
@@ -121,7 +150,11 @@ def head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, kinds: Seq
             :func:`aiayn.examples.sentence_pairs`).
         kinds: which of :data:`KINDS` to sweep.
         beam_size: beam width (paper: 4).
-        progress: called as ``progress(fraction done in [0, 1], label)`` after each model run.
+        progress: called as ``progress(fraction done in [0, 1], label)`` after each head (two model runs).
+        should_stop: called before each model run; when it returns True the sweep stops with
+            :class:`aiayn.jobs.Cancelled` (nothing is returned).
+        run: runs each model run, ``run(fn, *args, **kwargs)`` (default: at once; the app passes
+            :meth:`aiayn.serving.DecodeQueue.run_background`).
 
     Returns:
         ``pandas.DataFrame`` with :data:`SWEEP_COLUMNS`, one row per (kind, layer, head), layer and head
@@ -131,6 +164,7 @@ def head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, kinds: Seq
 
     Raises:
         ValueError: no pairs, an unknown kind, ``beam_size < 1``.
+        aiayn.jobs.Cancelled: ``should_stop()`` returned True.
     """
     import pandas as pd  # function-level: pandas is slow to import; only the sweep needs it
 
@@ -146,12 +180,13 @@ def head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, kinds: Seq
     L, H = tr.cfg.n_layers, tr.cfg.n_heads
     heads = [(k, layer, h) for k in KINDS if k in kinds for layer in range(L) for h in range(H)]
     total = len(heads) + 1
-    chrf0, lp0 = _score(tr, pairs, None, beam_size)
+    run = _pieces(run, should_stop)
+    chrf0, lp0 = _score(tr, pairs, None, beam_size, run)
     if progress is not None:
         progress(1 / total, "intact model")
     rows = []
     for i, (kind, layer, head) in enumerate(heads, start=2):
-        chrf, lp = _score(tr, pairs, head_mask_array([(kind, layer, head)], L, H), beam_size)
+        chrf, lp = _score(tr, pairs, head_mask_array([(kind, layer, head)], L, H), beam_size, run)
         rows.append({"kind": kind, "layer": layer, "head": head, "chrf": chrf, "chrf_drop": chrf0 - chrf,
                      "logprob": lp, "logprob_drop": lp0 - lp, "chrf_intact": chrf0, "logprob_intact": lp0})
         if progress is not None:
@@ -223,13 +258,16 @@ def load_sweep(checkpoint: str | Path, pairs: Sequence[tuple[str, str]], *, beam
 
 def cached_head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, checkpoint: str | Path | None = None,
                       beam_size: int = 4, progress: Callable[[float, str], Any] | None = None,
-                      write: bool = True) -> "pd.DataFrame":
+                      write: bool = True, should_stop: Callable[[], bool] | None = None,
+                      run: RunHook | None = None) -> "pd.DataFrame":
     """:func:`head_sweep` over all kinds, read from ``<checkpoint>/head_sweep.json`` when fresh
     (:func:`load_sweep`), else computed and (with ``write``) saved there atomically; a read-only checkpoint
-    directory is not an error (the result is returned unsaved). ``checkpoint`` defaults to ``tr.path``.
+    directory is not an error (the result is returned unsaved). ``checkpoint`` defaults to ``tr.path``;
+    ``progress``, ``should_stop`` and ``run`` as :func:`head_sweep` (a cancelled sweep writes nothing).
 
     Raises:
         ValueError: no checkpoint directory known, no pairs.
+        aiayn.jobs.Cancelled: ``should_stop()`` returned True.
     """
     from .files import atomic_write_text
 
@@ -242,7 +280,7 @@ def cached_head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, che
             progress(1.0, "read from " + SWEEP_FILE)
         return df
     t0 = time.perf_counter()
-    df = head_sweep(tr, pairs, beam_size=beam_size, progress=progress)
+    df = head_sweep(tr, pairs, beam_size=beam_size, progress=progress, should_stop=should_stop, run=run)
     if write:
         payload = sweep_payload(df, weights=weights_sha256(ckpt), pairs=pairs, beam_size=beam_size,
                                 direction=tr.meta.get("direction"), elapsed_s=round(time.perf_counter() - t0, 2))

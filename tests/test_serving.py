@@ -259,3 +259,68 @@ def test_pages_say_when_a_sentence_was_decoded_in_a_batch(checkpoints, monkeypat
     assert not at.exception
     said = [m.value for m in at.markdown if "decoder positions" in m.value]
     assert len(said) == 1 and (f"a batch of {shared} sentences" in said[0]) == (shared > 1)
+
+
+# -- background pieces: long work queued behind the class's requests ------------------------------------------------
+def _until(predicate, what: str) -> None:
+    """Wait until ``predicate()`` holds (a state another thread reaches; the deadline only stops a broken test
+    from hanging)."""
+    deadline = time.monotonic() + 20
+    while not predicate():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
+def test_a_request_arriving_during_a_background_piece_goes_before_the_next_piece(recorder):
+    q = DecodeQueue(object())
+    gate, started = threading.Event(), threading.Event()
+    log = recorder.batches  # everything below is logged inside its turn: the order the queue ran it in
+
+    def piece(i):
+        log.append(([f"piece {i}"], {}))
+        if i == 0:
+            started.set()
+            assert gate.wait(10)
+        return i
+
+    worker = threading.Thread(target=lambda: [q.run_background(piece, i) for i in range(3)])
+    worker.start()
+    assert started.wait(10)  # piece 0 holds the turn
+    student = threading.Thread(target=lambda: q.explain("student"))
+    student.start()
+    _until(lambda: q.waiting == (1, 0), "the student's sentence waits")
+    gate.set()
+    for t in (worker, student):
+        t.join(10)
+        assert not t.is_alive()
+    assert [b for b, _ in log] == [["piece 0"], ["student"], ["piece 1"], ["piece 2"]]
+    assert q.stats.background == 3 and q.stats.turns == 4 and q.waiting == (0, 0)
+
+
+def test_background_pieces_wait_behind_every_normal_job_even_younger_ones(recorder):
+    """A piece that arrived first still waits for normal jobs that arrived after it; pieces keep their own order."""
+    q = DecodeQueue(object())
+    log = recorder.batches
+    recorder.release.clear()
+    holder = threading.Thread(target=lambda: q.explain("first"))
+    holder.start()
+    assert recorder.started.wait(5)
+    threads = []
+    for name, submit, now_waiting in (("piece A", q.run_background, (0, 1)), ("piece B", q.run_background, (0, 2)),
+                                      ("teacher-forced", q.run, (1, 2))):
+        threads.append(threading.Thread(target=submit, args=(lambda n=name: log.append(([n], {})),)))
+        threads[-1].start()
+        _until(lambda w=now_waiting: q.waiting == w, f"{name} waits")
+    recorder.release.set()
+    for t in [holder, *threads]:
+        t.join(10)
+        assert not t.is_alive()
+    assert [b for b, _ in log] == [["first"], ["teacher-forced"], ["piece A"], ["piece B"]]
+
+
+def test_a_failing_background_piece_raises_in_its_caller_and_frees_the_queue(recorder):
+    q = DecodeQueue(object())
+    with pytest.raises(ZeroDivisionError):
+        q.run_background(lambda: 1 / 0)
+    assert q.run_background(lambda: "next") == "next" and q.explain("after") == "after|4|1"
+    assert q.stats.background == 2
