@@ -324,6 +324,43 @@ def test_resume_continues_exactly(tiny_data, tmp_path):
         assert lb[s] == pytest.approx(la[s], rel=1e-5, abs=1e-6), s
 
 
+@pytest.mark.slow
+def test_resume_with_a_kind_mix_continues_exactly(tiny_data, tmp_path):
+    """With --kind-weights (integer and fractional weights), a run stopped after 5 steps and resumed to 14 (across an epoch boundary) ends at
+    the straight run's weights and losses; the mix, its counts (data_mix.json) and the spec (train_config.json)
+    are recorded, and the epoch holds the weighted examples."""
+    from test_train_pipeline import write_kinds
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    kinds = write_kinds(data)
+    kw = dict(max_tokens=1024, accumulation=2, valid_every=10, kind_weights="ding=1,narrative=2,everyday=0.5,ui=1")
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    messages = []
+    train(tiny_tc(data, run_a, max_steps=14, **kw), log=messages.append)
+    assert any(m.startswith("data mix (--kind-weights ding=1,narrative=2") for m in messages)
+    mix = json.loads((run_a / "data_mix.json").read_text())
+    assert mix["kind_weights"] == kw["kind_weights"] and set(mix["kinds"]) == set(kinds)
+    assert mix["kinds"]["narrative"]["examples"] == 2 * mix["kinds"]["narrative"]["pairs"] > 0
+    assert mix["kinds"]["everyday"]["examples"] == mix["kinds"]["everyday"]["pairs"]
+    assert 0 < mix["kinds"]["everyday"]["pairs"] < kinds.count("everyday")
+    assert json.loads((run_a / "train_config.json").read_text())["kind_weights"] == kw["kind_weights"]
+    train(tiny_tc(data, run_b, max_steps=5, **kw), log=QUIET)
+    train(tiny_tc(data, run_b, max_steps=14, **kw), resume=True, log=QUIET)
+    a, b = list_states(run_a)[-1], list_states(run_b)[-1]
+    assert a.name == b.name == "step_00000014"
+    sa, sb = (json.loads((p / "trainer_state.json").read_text()) for p in (a, b))
+    assert sa["epoch"] >= 1 and all(sa[k] == sb[k] for k in ("step", "epoch", "batch_in_epoch", "tokens"))
+    wa, wb = weights(a), weights(b)
+    for k in wa:
+        np.testing.assert_allclose(wb[k], wa[k], rtol=0, atol=1e-6, err_msg=k)
+    la = {r["step"]: r["train_loss"] for r in read_metrics(run_a)}
+    lb = {r["step"]: r["train_loss"] for r in read_metrics(run_b)}
+    for s in range(6, 15):
+        assert lb[s] == pytest.approx(la[s], rel=1e-5, abs=1e-6), s
+    assert json.loads((run_b / "data_mix.json").read_text()) == mix
+
+
 def test_resume_after_crash_logs_each_step_once(tiny_data, tmp_path):
     """A crash between saves leaves metrics records past the last state; the resumed run drops them and logs
     those steps again, so metrics.jsonl has every step once, with the straight run's losses."""

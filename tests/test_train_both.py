@@ -100,6 +100,8 @@ def test_train_flags_spell_aiayn_train_options():
     (["--max-minutes", "0.4"], "leaves no time to train"),          # the tiny recipe keeps 0.5 min
     (["--max-minutes", "-1"], "must be > 0"),
     (["--device", "tpu"], "--device must be"),
+    (["--kind-weights", "default"], "train_kinds.txt does not exist"),  # the tiny Ding folder has no kinds
+    (["--kind-weights", "ding=1,story=two"], "kind=weight"),
 ])
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(argv, message, data, tmp_path, capsys):
     out = tmp_path / "out"
@@ -130,6 +132,28 @@ def test_pack_takes_what_train_both_reads(data, tmp_path, capsys):
         assert tar.extractfile("ding_tiny/spm.model").read() == (data / "spm.model").read_bytes()
     assert cli_main(["--pack", str(tmp_path), str(tmp_path / "e.tar.gz")]) == 2
     assert "spm.model missing" in capsys.readouterr().err and not (tmp_path / "e.tar.gz").exists()
+
+
+def test_kind_weights_reach_aiayn_train_and_the_pack(data, tmp_path):
+    """--kind-weights goes into the recipe's training fields (so into the child's `aiayn train` flags) after the
+    folder's kinds are checked; --pack takes train_kinds.txt along."""
+    from test_train_pipeline import write_kinds
+
+    folder = tmp_path / "ding_tiny"
+    shutil.copytree(data, folder)
+    write_kinds(folder)
+    args = both._parser().parse_args(["--data", str(folder), "--out", str(tmp_path / "o"), "--recipe", "tiny",
+                                      "--device", "cpu", "--kind-weights", "default"])
+    plan = both._plan(args)
+    assert plan["recipe"]["train"]["kind_weights"] == "default"
+    flags = train_flags(plan["recipe"]["train"])
+    assert flags[flags.index("--kind-weights") + 1] == "default"
+    no_flag = both._plan(both._parser().parse_args(["--data", str(folder), "--out", str(tmp_path / "o"), "--recipe",
+                                                    "tiny", "--device", "cpu"]))
+    assert "kind_weights" not in no_flag["recipe"]["train"]  # the recipes' default: aiayn train's none
+    assert cli_main(["--pack", str(folder), str(tmp_path / "d.tar.gz")]) == 0
+    with tarfile.open(tmp_path / "d.tar.gz") as tar:
+        assert tar.extractfile("ding_tiny/train_kinds.txt").read() == (folder / "train_kinds.txt").read_bytes()
 
 
 # -- end to end -------------------------------------------------------------------------------------------------

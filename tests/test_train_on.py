@@ -254,3 +254,24 @@ def test_dry_run_prints_the_plan_and_starts_nothing(world, tmp_path, monkeypatch
     cmd = next(line for line in text.splitlines() if line.startswith("$ "))
     assert f"--init-from {world['shipped']}" in cmd and "--preset tiny" in cmd and "max_len=64" in cmd
     assert not run.exists() and not out.exists()
+
+
+def test_kind_weights_pass_through_and_a_folder_without_kinds_is_refused(world, tmp_path, monkeypatch, capsys):
+    """--kind-weights reaches the training command of a warm start (the -shipspm folder links train_kinds.txt);
+    a folder without kinds is refused before anything starts."""
+    from test_train_pipeline import write_kinds
+
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    data = tmp_path / "data"
+    shutil.copytree(world["data"], data)
+    (data / "spm.model").write_bytes(b"another vocabulary")  # so the warm start links a -shipspm folder
+    base = ["--direction", "en-de", "--until", "23:59", "--run", str(tmp_path / "run"), "--shipped", str(world["shipped"]),
+            "--out", str(tmp_path / "out"), "--no-nice", "--threads", "1", "--recipe", "tiny", "--dry-run",
+            "--kind-weights", "default"]
+    assert continuous.cli_main(base + ["--data", str(data)]) == 2
+    assert "train_kinds.txt does not exist" in capsys.readouterr().err
+    write_kinds(data)
+    assert continuous.cli_main(base + ["--data", str(data)]) == 0
+    cmd = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("$ "))
+    assert "--kind-weights default" in cmd and f"--data {tmp_path / 'data-shipspm'}" in cmd
+    assert (tmp_path / "data-shipspm" / "train_kinds.txt").resolve() == (data / "train_kinds.txt").resolve()

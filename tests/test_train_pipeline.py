@@ -268,3 +268,146 @@ def test_cli_rejects_a_bad_pad_multiple_with_a_message(tiny_data, tmp_path, caps
         cli_main(["--data", str(tiny_data), "--run", str(tmp_path / "run"), "--pad-multiple", "0"])
     assert "--pad-multiple must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The data mix by kind (--kind-weights: train_kinds.txt of `aiayn data debian`)
+# ---------------------------------------------------------------------------------------------------------
+KIND_CYCLE = ("ding", "narrative", "everyday", "ui")
+
+
+def write_kinds(folder, cycle=KIND_CYCLE, defaults=None):
+    """Give a prepared data folder ``train_kinds.txt`` (the kinds of ``cycle`` in turn, one per train.tsv row) and
+    the datasheet's ``kinds.default_weights`` (``defaults``, default ding 1, narrative 2, everyday 3, ui 1), as
+    ``aiayn data debian`` writes them. Returns the kinds."""
+    import json
+
+    n = len(load_split(folder, "train", "en-de")[0])
+    kinds = [cycle[i % len(cycle)] for i in range(n)]
+    (folder / "train_kinds.txt").write_text("\n".join(kinds) + "\n", encoding="utf-8")
+    sheet = json.loads((folder / "datasheet.json").read_text(encoding="utf-8"))
+    sheet["kinds"] = {"file": "train_kinds.txt", "default_weights": defaults or {"ding": 1, "narrative": 2, "everyday": 3, "ui": 1}}
+    (folder / "datasheet.json").write_text(json.dumps(sheet), encoding="utf-8")
+    return kinds
+
+
+@pytest.fixture()
+def kinds_copy(data_copy):
+    write_kinds(data_copy)
+    return data_copy
+
+
+def _mixed(folder, spec, *, upsample=1, seed=7, max_len=30):
+    from aiayn.training.loader import kind_mix
+
+    tok = Tokenizer.load(folder / "spm.model")
+    mix = kind_mix(folder, spec)
+    data = load_pairs(folder, "train", "en-de", tok, folder / "spm.model", max_len=max_len, upsample=upsample,
+                      row_weights=None if mix is None else mix.row_weights, seed=seed)
+    return mix, data
+
+
+@pytest.mark.parametrize("upsample", [1, 2])
+def test_kind_weights_repeat_each_pair_weight_times_in_place(kinds_copy, upsample):
+    """Reference with Python loops: each kept pair, in file order, upsample (full sentences) x weight times."""
+    from aiayn.data.splits import is_sentence
+
+    tok = Tokenizer.load(kinds_copy / "spm.model")
+    weights = {"ding": 1, "narrative": 2, "everyday": 3, "ui": 0}
+    kinds = (kinds_copy / "train_kinds.txt").read_text().split()
+    src, tgt = load_split(kinds_copy, "train", "en-de")
+    ref_s, ref_t = [], []
+    for a, b, k in zip(src, tgt, kinds):
+        one_s, one_t = encode_pairs(tok, [a], [b], 30, tok.eos_id)
+        n = (upsample if is_sentence(a) and is_sentence(b) else 1) * weights[k]
+        ref_s += one_s * n
+        ref_t += one_t * n
+    mix, data = _mixed(kinds_copy, "ding=1,narrative=2,everyday=3,ui=0", upsample=upsample)
+    assert data.lists() == (ref_s, ref_t)
+    plain = load_pairs(kinds_copy, "train", "en-de", tok, kinds_copy / "spm.model", max_len=30)
+    assert data.cache_path == plain.cache_path  # one cache entry serves every mix
+    summary = mix.summary(data)
+    kept = np.unique(data.rows)
+    for k, v in summary["kinds"].items():
+        rows_k = [r for r in data.rows.tolist() if kinds[r] == k]
+        assert v["examples"] == len(rows_k) and v["weight"] == weights[k]
+        assert v["pairs"] == (len(set(rows_k)) if weights[k] else 0)
+    assert summary["examples"] == len(ref_s) and sum(v["examples"] for v in summary["kinds"].values()) == len(ref_s)
+    assert summary["kinds"]["everyday"]["examples"] >= 3 * summary["kinds"]["everyday"]["pairs"] > 0
+    assert len(kept) < len(plain)  # ui (weight 0) really left out
+
+
+def test_a_fractional_weight_keeps_a_seeded_subset(kinds_copy):
+    """everyday 0.5: each everyday pair 0 or 1 times, the same ones for the same seed (and every other kind once);
+    another seed keeps another subset; with upsample 2 a full-sentence everyday pair is kept exactly once."""
+    kinds = (kinds_copy / "train_kinds.txt").read_text().split()
+    spec = "ding=1,narrative=1,everyday=0.5,ui=1"
+    _, a = _mixed(kinds_copy, spec, seed=7)
+    _, b = _mixed(kinds_copy, spec, seed=7)
+    _, c = _mixed(kinds_copy, spec, seed=8)
+    _, whole = _mixed(kinds_copy, "ding=1,narrative=1,everyday=1,ui=1")
+    np.testing.assert_array_equal(a.rows, b.rows)
+    every = [r for r in whole.rows.tolist() if kinds[r] == "everyday"]
+    kept_a = [r for r in a.rows.tolist() if kinds[r] == "everyday"]
+    kept_c = [r for r in c.rows.tolist() if kinds[r] == "everyday"]
+    assert len(set(kept_a)) == len(kept_a) and set(kept_a) < set(every) and 0 < len(kept_a) < len(every)
+    assert kept_a != kept_c
+    assert [r for r in a.rows.tolist() if kinds[r] != "everyday"] == [r for r in whole.rows.tolist() if kinds[r] != "everyday"]
+    from aiayn.training.loader import weighted_copies
+
+    copies = weighted_copies(np.array([2, 1, 2, 1]), np.array([0.5, 0.5, 1.5, 2.0]), seed=3)
+    assert copies[0] == 1 and copies[1] in (0, 1) and copies[2] == 3 and copies[3] == 2
+
+
+def test_kind_weights_none_and_all_ones_leave_the_examples_and_batches_unchanged(kinds_copy, data_copy):
+    from aiayn.training.loader import kind_mix
+
+    assert kind_mix(kinds_copy, "none") is None
+    (kinds_copy / "train_kinds.txt").unlink()
+    assert kind_mix(kinds_copy, "none") is None  # none never needs the kinds
+    write_kinds(kinds_copy)
+    tok = Tokenizer.load(kinds_copy / "spm.model")
+    before = load_pairs(kinds_copy, "train", "en-de", tok, kinds_copy / "spm.model", max_len=30, upsample=2)
+    _, ones = _mixed(kinds_copy, "ding=1,narrative=1,everyday=1,ui=1", upsample=2)
+    assert ones.lists() == before.lists()
+    np.testing.assert_array_equal(ones.rows, before.rows)
+    tc = TrainConfig("", "", max_tokens=256, accumulation=2, seed=3)
+    for epoch in (0, 1):
+        assert step_groups(tc, ones.src_lengths, ones.tgt_lengths, epoch) == \
+            step_groups(tc, before.src_lengths, before.tgt_lengths, epoch)
+
+
+def test_a_mix_the_folder_cannot_give_is_a_clear_error(kinds_copy, data_copy, tmp_path):
+    from aiayn.training.loader import DataMixError, kind_mix, parse_kind_weights
+
+    mix = kind_mix(kinds_copy, "default")
+    assert mix.weights == {"ding": 1.0, "narrative": 2.0, "everyday": 3.0, "ui": 1.0}
+    with pytest.raises(DataMixError, match=r"no weight for kind\(s\) everyday, ui"):
+        kind_mix(kinds_copy, "ding=1,narrative=2")
+    with pytest.raises(DataMixError, match="no kind everday in"):
+        kind_mix(kinds_copy, "ding=1,narrative=2,everday=3,everyday=3,ui=1")
+    for bad in ("ding", "ding=-1", "ding=x", "ding=1,ding=2", "ding=inf"):
+        with pytest.raises(DataMixError, match="kind=weight"):
+            parse_kind_weights(bad)
+    plain = tmp_path / "plain"
+    shutil.copytree(data_copy, plain)
+    (plain / "train_kinds.txt").unlink(missing_ok=True)
+    with pytest.raises(DataMixError, match=r"train_kinds.txt does not exist .*`aiayn data debian`"):
+        kind_mix(plain, "default")
+    lines = (kinds_copy / "train_kinds.txt").read_text().split()
+    (kinds_copy / "train_kinds.txt").write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(DataMixError, match="does not match train.tsv"):
+        _mixed(kinds_copy, "default")
+
+
+def test_cli_refuses_a_mix_without_kinds_in_one_line_before_writing(tiny_data, tmp_path, capsys):
+    from aiayn.training.cli import cli_main
+
+    run = tmp_path / "run"
+    assert cli_main(["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--kind-weights", "default"]) == 2
+    err = capsys.readouterr().err
+    assert "train_kinds.txt does not exist" in err and "aiayn data debian" in err and len(err.strip().splitlines()) == 1
+    assert not run.exists()
+    with pytest.raises(SystemExit):
+        cli_main(["--data", str(tiny_data), "--run", str(run), "--kind-weights", "narrative=two"])
+    assert "kind=weight" in capsys.readouterr().err

@@ -88,7 +88,7 @@ BOOL_FLAGS = ("compile", "amp", "amp_cpu", "record_attention")
 #: training fields this command sets itself (not through a recipe or ``--train-set``)
 OWN_FIELDS = ("data_dir", "run_dir", "direction", "preset", "model_overrides", "threads", "max_minutes", "init_from")
 #: the files of a prepared data folder that ``--pack`` takes (``test*.tsv`` too)
-PACK_FILES = ("train.tsv", "valid.tsv", "spm.model", "datasheet.json", "dictionary.tsv")
+PACK_FILES = ("train.tsv", "valid.tsv", "spm.model", "datasheet.json", "dictionary.tsv", "train_kinds.txt")
 REQUIRED_DATA = ("train.tsv", "valid.tsv", "test.tsv", "spm.model")
 #: exit codes
 EXIT_BAD_INPUT = 2
@@ -363,6 +363,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="model overrides, e.g. n_layers=3 norm_first=false")
     ap.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="training overrides (any `aiayn train` flag), e.g. lr_scale=0.5 warmup_steps=2000 max_steps=3000")
+    ap.add_argument("--kind-weights", default=None, metavar="SPEC",
+                    help="data mix by kind (aiayn train --kind-weights: none, default or kind=weight,...; needs the "
+                         "folder's train_kinds.txt); default: the recipe's, which is none")
     ap.add_argument("--reserve-minutes", type=float, default=None,
                     help="minutes of --max-minutes kept for start-up, evaluation, cards and sweeps (default: the recipe's)")
     ap.add_argument("--device", default="auto", help="auto (default: cuda when visible), cpu, cuda or cuda:N")
@@ -398,7 +401,15 @@ def _plan(args) -> dict[str, Any]:
         vocab = Tokenizer.load(data / "spm.model").vocab_size
     except (OSError, RuntimeError, ValueError) as exc:
         raise BadInput(f"cannot read {data / 'spm.model'}: {exc}") from None
+    if args.kind_weights is not None:
+        recipe["train"]["kind_weights"] = args.kind_weights
     check_recipe(recipe, vocab)
+    from .loader import DataMixError, kind_mix
+
+    try:  # a mix the folder cannot give is refused before any child starts
+        kind_mix(data, recipe["train"].get("kind_weights"))
+    except DataMixError as exc:
+        raise BadInput(str(exc)) from None
     reserve = recipe["reserve_minutes"] if args.reserve_minutes is None else args.reserve_minutes
     if reserve < 0:
         raise BadInput(f"--reserve-minutes must be >= 0, got {reserve}")

@@ -15,6 +15,7 @@ from typing import Any
 import torch.distributed as dist
 
 from .export import export
+from .loader import DataMixError, parse_kind_weights
 from .loop import train
 from .pipeline import rank_and_world
 from .recipe import ADAM_IMPLS, TrainConfig
@@ -45,7 +46,7 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
-               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str)]
+               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("kind_weights", str)]
 
 #: Help text of the flags whose name alone does not say enough.
 FLAG_HELP = {
@@ -57,6 +58,10 @@ FLAG_HELP = {
     "threads": "intra-op threads (0: on a CPU, all cores less the load already running, decided at the start and "
                "stored with the run); ",
     "adam_impl": "Adam's implementation: fused (one kernel per parameter), foreach or loop (same update rule); ",
+    "kind_weights": "data mix by the kind of each pair (train_kinds.txt of `aiayn data debian`): none (every pair "
+                    "once), default (the datasheet's weights) or kind=weight,... e.g. ding=1,ui=1,documentation=1,"
+                    "narrative=2,everyday=3; a pair is repeated upsample x weight times per epoch, a fractional part "
+                    "kept for a subset seeded by --seed (docs/training.md); ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",
 }
@@ -71,8 +76,9 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
     ``model_overrides`` given with ``--set`` are merged key by key into the stored ones.
 
     Raises:
-        ValueError: no data directory (neither given nor stored), or a resume that gives another
-            ``direction`` or ``preset`` than the run was trained with (the weights belong to them).
+        ValueError: no data directory (neither given nor stored), a resume that gives another
+            ``direction`` or ``preset`` than the run was trained with (the weights belong to them), or a
+            malformed ``kind_weights``.
     """
     base = asdict(TrainConfig("", ""))
     if stored:
@@ -94,6 +100,7 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
         raise ValueError(f"--pad-multiple must be >= 1 and --prefetch >= 0, got {base['pad_multiple']} and {base['prefetch']}")
     if base["adam_impl"] not in ADAM_IMPLS:
         raise ValueError(f"--adam-impl must be one of {', '.join(ADAM_IMPLS)}, got {base['adam_impl']!r}")
+    parse_kind_weights(base["kind_weights"])  # a malformed spec is refused here (DataMixError is a ValueError)
     return TrainConfig(**base)
 
 
@@ -156,7 +163,7 @@ def cli_main(argv: list[str]) -> int:
         ap.error(str(exc))
     try:
         run = train(tc, resume=args.resume)
-    except (FileExistsError, WarmStartError) as exc:
+    except (FileExistsError, WarmStartError, DataMixError) as exc:
         print(f"aiayn train: {exc}", file=sys.stderr)
         return 2
     if args.export and rank_and_world()[0] == 0:

@@ -141,7 +141,7 @@ def training_pid(run: Path) -> int | None:
 def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
     """A data folder whose ``spm.model`` is byte-identical to the shipped checkpoint's (the warm start's token ids
     must mean the same pieces): ``data`` itself when it is, else ``<data>-shipspm`` beside it, holding links to
-    ``data``'s split, datasheet and dictionary files and a copy of the shipped ``spm.model`` (docs/training.md,
+    ``data``'s split, datasheet, dictionary and ``train_kinds.txt`` files and a copy of the shipped ``spm.model`` (docs/training.md,
     session 6).
 
     Raises:
@@ -156,7 +156,7 @@ def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
     out = data.parent / f"{data.name}-shipspm"
     out.mkdir(parents=True, exist_ok=True)
     for f in data.iterdir():
-        if f.is_file() and (f.suffix == ".tsv" or f.name in ("datasheet.json", "DATASHEET.md")):
+        if f.is_file() and (f.suffix == ".tsv" or f.name in ("datasheet.json", "DATASHEET.md", "train_kinds.txt")):
             link = out / f.name
             if link.is_symlink() or link.exists():
                 link.unlink()
@@ -204,6 +204,18 @@ def model_set_flags(shipped: Path) -> tuple[str, list[str]]:
     return str(model.get("preset_name") or "base"), sets
 
 
+def _check_mix(data: Path, train: dict[str, Any]) -> None:
+    """Refuse (BadInput) a ``kind_weights`` the data folder cannot give, before the training child starts."""
+    if "kind_weights" not in train:
+        return
+    from .loader import DataMixError, kind_mix
+
+    try:
+        kind_mix(data, str(train["kind_weights"]))
+    except DataMixError as exc:
+        raise BadInput(str(exc)) from None
+
+
 def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[str, Any], budget_min: float) -> dict[str, Any]:
     """The plan of the training child: ``{"run", "resume", "data", "recipe", "cmd", "before": {step, tokens}}``.
     ``--max-minutes`` counts the run's whole wall time (:func:`aiayn.training.loop.train`), so a resumed run gets its
@@ -217,6 +229,8 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
     base = [sys.executable, "-m", "aiayn", "train", "--run", str(run)]
     threads = ["--threads", str(args.threads)] if args.threads else []
     extra = parse_overrides(args.train_set)
+    if getattr(args, "kind_weights", None) is not None:
+        extra["kind_weights"] = args.kind_weights
     if resume:
         last = _last_state(run) or {}
         stored = _read_json(run / "train_config.json")
@@ -225,6 +239,7 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
         from .both import train_flags
 
         minutes = float(last.get("wall_time", 0.0)) / 60 + budget_min
+        _check_mix(Path(stored["data_dir"]).expanduser(), extra)
         cmd = base + ["--resume", "--max-minutes", f"{minutes:.3f}"] + threads + train_flags(extra)
         return {"run": run, "resume": True, "data": Path(stored["data_dir"]).expanduser(), "recipe": "stored in the run",
                 "cmd": cmd, "before": {"step": last.get("step", 0), "tokens": last.get("tokens", 0)}}
@@ -233,6 +248,7 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
         raise BadInput(f"no run to resume ({run} holds no state) and no data folder for a warm start "
                        f"({given or 'none named'}): give --data DIR (e.g. `aiayn data debian`'s output)")
     data = data_with_shipped_spm(Path(given).expanduser(), shipped)
+    _check_mix(data, extra)
     recipe, flags = recipe_flags(args.recipe, shipped_meta, extra)
     preset, sets = model_set_flags(shipped)
     cmd = base + ["--data", str(data), "--direction", args.direction, "--init-from", str(shipped), "--preset", preset,
@@ -387,6 +403,9 @@ def _parser() -> argparse.ArgumentParser:
                     + ", ".join(RECIPES))
     ap.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE", help="training fields to change "
                     "(aiayn train flags, e.g. lr_scale=0.1 max_steps=5000)")
+    ap.add_argument("--kind-weights", default=None, metavar="SPEC",
+                    help="data mix by kind (aiayn train --kind-weights: none, default or kind=weight,...; needs the data "
+                         "folder's train_kinds.txt); default: a resumed run keeps its own, a warm start the recipe's (none)")
     ap.add_argument("--last", type=int, default=5, help="states averaged into the candidate (Section 6.1: 5)")
     ap.add_argument("--threads", type=int, default=0,
                     help="CPU threads for training and evaluation (0, the default: aiayn train decides from the load)")

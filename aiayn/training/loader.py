@@ -50,6 +50,8 @@ class PairIds:
         src_lengths, tgt_lengths: ``(N,)`` int64: its lengths in pieces, EOS included (what
             :func:`aiayn.training.pipeline.encode_pairs` gives as ``len(src_ids[i])``).
         cache_path: the cache entry the ids came from (None: built in memory only).
+        rows: ``(N,)`` int64: the split-file row (0 = the first pair after the header) of each example, when
+            :func:`load_pairs` made them (a pair repeated k times appears k times); None otherwise.
     """
 
     src_flat: np.ndarray
@@ -59,6 +61,7 @@ class PairIds:
     tgt_starts: np.ndarray
     tgt_lengths: np.ndarray
     cache_path: Path | None = None
+    rows: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src_lengths)
@@ -184,15 +187,22 @@ def split_arrays(data_dir: str | Path, split: str, tokenizer, spm_model: str | P
 
 
 def load_pairs(data_dir: str | Path, split: str, direction: str, tokenizer, spm_model: str | Path, *, max_len: int,
-               upsample: int = 1, cache_dir: str | Path | None = None, log: Callable[[str], None] = print) -> PairIds:
+               upsample: int = 1, cache_dir: str | Path | None = None, log: Callable[[str], None] = print,
+               row_weights: np.ndarray | None = None, seed: int = 0) -> PairIds:
     """The examples of a split for ``direction`` (``"en-de"`` / ``"de-en"``), as
     :func:`.pipeline.load_split` + :func:`.pipeline.upsample_sentences` + :func:`.pipeline.encode_pairs` give
     them (same examples, same order: a pair of full sentences repeated ``upsample`` times in place, pairs with
     an empty side or a side of ``max_len`` pieces or more dropped), but from the token cache
     (:func:`split_arrays`) and without Python lists.
 
+    ``row_weights`` (one float per split-file row, e.g. :class:`KindMix`'s): a data mix on top of ``upsample``,
+    by :func:`weighted_copies` (pair i repeated ``upsample_i * row_weights[i]`` times, a fractional part kept for a
+    subset seeded by ``seed``). Applied here, after the cache, so every mix shares one cache entry. None: no mix
+    (the examples above, unchanged).
+
     Raises:
-        ValueError: ``upsample`` < 1 or an unknown direction; FileNotFoundError: see :func:`split_arrays`.
+        ValueError: ``upsample`` < 1 or an unknown direction; DataMixError: ``row_weights`` of another length than
+        the split; FileNotFoundError: see :func:`split_arrays`.
     """
     if upsample < 1:
         raise ValueError(f"upsample_sentences must be >= 1, got {upsample}")
@@ -206,8 +216,134 @@ def load_pairs(data_dir: str | Path, split: str, direction: str, tokenizer, spm_
     # encode_pairs keeps non-empty sides of fewer than max_len pieces: 2 <= length with EOS <= max_len
     keep = (s_len >= 2) & (s_len <= max_len) & (t_len >= 2) & (t_len <= max_len)
     times = np.where(np.asarray(arrays["sentence"]), upsample, 1)
+    if row_weights is not None:
+        times = weighted_copies(times, row_weights, seed)
     rows = np.repeat(np.flatnonzero(keep), times[keep])
-    return PairIds(arrays[src_lang], s_off[rows], s_len[rows], arrays[tgt_lang], t_off[rows], t_len[rows], entry)
+    return PairIds(arrays[src_lang], s_off[rows], s_len[rows], arrays[tgt_lang], t_off[rows], t_len[rows], entry, rows)
+
+
+# -- the data mix by kind (--kind-weights) ---------------------------------------------------------------------
+#: the file of a prepared Debian folder naming each train.tsv row's kind (``aiayn data debian``)
+KINDS_FILE = "train_kinds.txt"
+#: the random stream of the fractional weights' subsets (its own: the run's other draws do not move it)
+_MIX_STREAM = 0x6B696E64
+
+
+class DataMixError(ValueError):
+    """A data mix (``--kind-weights``) that cannot be made: a malformed spec, or a folder without the kinds or
+    without a weight for one of them (the message says which and what to run)."""
+
+
+def parse_kind_weights(spec: str | None) -> dict[str, float] | str | None:
+    """``--kind-weights`` as given: ``"none"`` or empty -> None (every pair once, the behaviour before kinds);
+    ``"default"`` -> ``"default"`` (the folder's ``datasheet.json`` ``kinds.default_weights``);
+    ``"ding=1,narrative=2,everyday=0.5"`` -> ``{"ding": 1.0, "narrative": 2.0, "everyday": 0.5}``.
+
+    Raises:
+        DataMixError: an item without ``=``, a kind named twice, or a weight that is not a finite number >= 0.
+    """
+    spec = (spec or "none").strip()
+    if spec in ("none", "default"):
+        return None if spec == "none" else spec
+    out: dict[str, float] = {}
+    for item in spec.split(","):
+        kind, eq, value = item.strip().partition("=")
+        try:
+            w = float(value)
+        except ValueError:
+            w = float("nan")
+        if not eq or not kind.strip() or not (0 <= w < float("inf")) or kind.strip() in out:
+            raise DataMixError(f"--kind-weights takes none, default or kind=weight,... (weights finite and >= 0, each "
+                               f"kind once), got {spec!r}")
+        out[kind.strip()] = w
+    return out
+
+
+@dataclass
+class KindMix:
+    """The data mix of a run: ``weights`` (kind -> weight), ``names`` (the kinds, in the order of ``weights``) and,
+    per ``train.tsv`` row, its kind as an index into ``names`` (``kind_index``, ``(N,)`` int64) and its weight
+    (``row_weights``, ``(N,)`` float64)."""
+
+    spec: str
+    weights: dict[str, float]
+    names: list[str]
+    kind_index: np.ndarray
+    row_weights: np.ndarray
+
+    def summary(self, data: PairIds) -> dict[str, Any]:
+        """What the run sees per epoch, for its log and ``data_mix.json``: ``{"kind_weights": spec, "kinds": {kind:
+        {"weight", "pairs", "examples"}}, "examples": N}``: ``pairs`` kept (``max_len``) train.tsv pairs of the kind,
+        ``examples`` its examples per epoch after ``upsample_sentences`` and the weight."""
+        rows = np.asarray(data.rows, dtype=np.int64)
+        per_example = np.bincount(self.kind_index[rows], minlength=len(self.names))
+        per_pair = np.bincount(self.kind_index[np.unique(rows)], minlength=len(self.names))
+        kinds = {k: {"weight": self.weights[k], "pairs": int(per_pair[i]), "examples": int(per_example[i])}
+                 for i, k in enumerate(self.names)}
+        return {"kind_weights": self.spec, "kinds": kinds, "examples": int(len(data))}
+
+
+def weighted_copies(times: np.ndarray, row_weights: np.ndarray, seed: int) -> np.ndarray:
+    """How many times each row goes into an epoch: ``x = times * row_weights`` (``upsample_sentences`` first, the
+    kind's weight on top), ``floor(x)`` copies plus one more where a uniform draw is below ``x - floor(x)``. The
+    draws come from a generator seeded by ``seed`` alone, one per row of the split, so a fractional weight keeps
+    the same subset at every start, resume and epoch, whatever ``max_len`` drops; integer products draw nothing
+    that matters (``k`` copies exactly).
+
+    Raises:
+        DataMixError: ``row_weights`` of another length than ``times``.
+    """
+    w = np.asarray(row_weights, dtype=np.float64)
+    if len(w) != len(times):
+        raise DataMixError(f"{len(w)} row weights for a split of {len(times)} rows: {KINDS_FILE} does not match "
+                           "train.tsv (prepare the folder again with `aiayn data debian`)")
+    x = np.asarray(times, dtype=np.float64) * w
+    whole = np.floor(x)
+    extra = np.random.default_rng([int(seed), _MIX_STREAM]).random(len(x)) < (x - whole)
+    return (whole + extra).astype(np.int64)
+
+
+def kind_mix(data_dir: str | Path, spec: str | None) -> KindMix | None:
+    """The data mix ``spec`` (:func:`parse_kind_weights`) of a prepared Debian folder: each ``train.tsv`` row's kind
+    from ``train_kinds.txt`` and its weight (:func:`aiayn.data.prepare_debian.load_train_weights`). None for
+    ``"none"``.
+
+    Raises:
+        DataMixError: a malformed ``spec``; the folder has no ``train_kinds.txt`` (or, for ``"default"``, no
+            ``kinds.default_weights`` in ``datasheet.json``); a kind of the file without a weight; a weight for a
+            kind that neither the file nor the datasheet knows (a misspelt kind).
+    """
+    from ..data.prepare_debian import load_train_weights
+
+    parsed = parse_kind_weights(spec)
+    if parsed is None:
+        return None
+    d = Path(data_dir).expanduser()
+    if not (d / KINDS_FILE).is_file():
+        raise DataMixError(f"--kind-weights {spec}: {d / KINDS_FILE} does not exist (one kind per train.tsv row; "
+                           "`aiayn data debian` writes it, with the datasheet's default weights)")
+    try:
+        sheet = json.loads((d / "datasheet.json").read_text(encoding="utf-8"))
+        defaults = {k: float(v) for k, v in sheet["kinds"]["default_weights"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        defaults = None
+    if parsed == "default" and defaults is None:
+        raise DataMixError(f"--kind-weights default: {d / 'datasheet.json'} has no kinds.default_weights (prepare the "
+                           "folder again with `aiayn data debian`, or give the weights: kind=weight,...)")
+    weights = defaults if parsed == "default" else parsed
+    kinds = (d / KINDS_FILE).read_text(encoding="utf-8").split()
+    names = list(weights)
+    unknown = sorted(set(names) - set(kinds) - set(defaults or ()))
+    if unknown:
+        raise DataMixError(f"--kind-weights: no kind {', '.join(unknown)} in {d / KINDS_FILE} (kinds: "
+                           f"{', '.join(sorted(set(kinds) | set(defaults or ())))})")
+    try:
+        row_weights = np.asarray(load_train_weights(d, weights), dtype=np.float64)
+    except ValueError as exc:
+        raise DataMixError(f"--kind-weights {spec}: {exc}") from None
+    lookup = {k: i for i, k in enumerate(names)}
+    kind_index = np.fromiter((lookup[k] for k in kinds), dtype=np.int64, count=len(kinds))
+    return KindMix(str(spec), weights, names, kind_index, row_weights)
 
 
 def collate_buffer(data: PairIds, idx: Sequence[int] | np.ndarray, *, pad_id: int, bos_id: int, multiple: int = 8,

@@ -29,7 +29,7 @@ from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
-from .loader import BatchLoader, load_pairs
+from .loader import BatchLoader, KindMix, PairIds, kind_mix, load_pairs
 from .pipeline import load_split, rank_and_world, step_groups
 from .recipe import ADAM_IMPLS, TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
 from .state import (describe_hardware, init_weights_from, list_states, load_state_into, record_config_change,
@@ -395,6 +395,24 @@ def _train_epoch(run: _Run, data, groups, *, recorder, bar, valid) -> bool:
     return False
 
 
+def _training_pairs(tc: TrainConfig, run: _Run, tokenizer, mix: KindMix | None, log) -> PairIds:
+    """The run's training examples (:func:`.loader.load_pairs` with the token cache, ``upsample_sentences`` and the
+    data mix ``mix``); with a mix, its weights and per-kind pair and example counts go to the log and (rank 0) to
+    ``data_mix.json`` in the run directory (rewritten at every start: the mix a resume trains on)."""
+    data_dir = Path(tc.data_dir).expanduser()
+    cache_dir = "" if tc.token_cache == "off" else (tc.token_cache or None)
+    data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
+                      upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log,
+                      row_weights=None if mix is None else mix.row_weights, seed=tc.seed)
+    if mix is not None:
+        summary = mix.summary(data)
+        log(f"data mix (--kind-weights {mix.spec}, upsample_sentences {tc.upsample_sentences}), pairs -> examples per "
+            "epoch: " + ", ".join(f"{k} x{v['weight']:g} {v['pairs']:,} -> {v['examples']:,}" for k, v in summary["kinds"].items()))
+        if run.rank == 0:
+            atomic_write_text(run.run_dir / "data_mix.json", json.dumps(summary, indent=1))
+    return data
+
+
 def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     """Run (or resume) training as configured; returns the run directory.
 
@@ -404,6 +422,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
         ValueError: ``tc.pad_multiple`` < 1, ``tc.prefetch`` < 0 or an unknown ``tc.adam_impl`` (before anything
             is written).
+        DataMixError (a ValueError): ``tc.kind_weights`` this data folder cannot give (before anything is written;
+            :func:`.loader.kind_mix`).
 
     The training pairs come from the token cache (:func:`.loader.load_pairs`, ``tc.token_cache``), the batches
     from a loader thread (:class:`.loader.BatchLoader`, ``tc.prefetch`` steps ahead, widths rounded up to
@@ -413,6 +433,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
 
     The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
     epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time), ``step_*/`` states and, with
+    ``tc.kind_weights``, ``data_mix.json`` (:func:`_training_pairs`); with
     ``tc.record_attention``, ``attention_history.safetensors`` (:mod:`.history`: the curated sentences' attention
     at step 0 of a fresh run and at every saved state).
     """
@@ -425,6 +446,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     rank, world = rank_and_world()
     data_dir = Path(tc.data_dir).expanduser()
     tokenizer = Tokenizer.load(data_dir / "spm.model")
+    mix = kind_mix(data_dir, tc.kind_weights)  # refused here, before the run directory is touched
     cfg, model = _build_model(tc, tokenizer, device)
     tc = _resolved(tc, cfg, device, resume=resume)
     run = _Run(tc, cfg, device, rank, world, Path(tc.run_dir).expanduser(), model, make_optimizer(model, tc))
@@ -433,9 +455,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log) if rank == 0 and tc.record_attention else None
     if recorder is not None and not resumed:
         recorder.record(run.run_dir, model, 0)  # step 0: the initial (or warm-started) weights
-    cache_dir = "" if tc.token_cache == "off" else (tc.token_cache or None)
-    data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
-                      upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log)
+    data = _training_pairs(tc, run, tokenizer, mix, log)
     valid = (tokenizer, *load_split(data_dir, "valid", tc.direction))
     log(f"{len(data)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}, "
         f"{'bf16' if autocast_enabled(tc, device) else 'float32'} forward, Adam {tc.adam_impl}"

@@ -144,3 +144,4 @@ class TrainConfig:
     residual_init_scale: float = 1.0  # x on W_V, W_O, W_2 at a fresh start (1 = plain Xavier; scale_residual_init)
     token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start
     adam_impl: str = "fused"  # Adam's implementation: "fused", "foreach" or "loop" (ADAM_IMPLS; the same update rule)
+    kind_weights: str = "none"  # data mix by train_kinds.txt: "none", "default" (datasheet) or "ding=1,narrative=2,..."
