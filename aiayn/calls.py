@@ -105,6 +105,29 @@ def encode_reference(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Enc
     return encode_source(tokenizer, cfg, text)
 
 
+def encode_prefix(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encoded:
+    """A forced start of the output (prefix-constrained decoding, the ``prefix`` of
+    :meth:`aiayn.Translator.translate`) as the ids the decoder is made to emit: the cleaned text's SentencePiece ids,
+    no ``</s>`` (the same ids :meth:`~aiayn.Translator.prefix_ids` gives the cleaned text). ``truncated`` is False.
+
+    Raises:
+        ValueError: ``text`` not a string or empty / whitespace-only; a piece the vocabulary lacks (``<unk>``: an
+            imported Opus-MT vocabulary has no byte fallback) or a special piece (``</s>``, ``<pad>``, the start
+            piece typed as text), naming the words; more than ``cfg.max_len - 1`` pieces (the decoder's positions
+            minus the start piece).
+    """
+    cleaned = clean_text(text)
+    ids = [int(i) for i in tokenizer.encode(cleaned)]
+    special = {getattr(tokenizer, "unk_id", None), cfg.eos_id, cfg.pad_id, cfg.decoder_start_id}
+    if special.intersection(ids):
+        words = [w for w in cleaned.split() if special.intersection(int(i) for i in tokenizer.encode(w))]
+        raise ValueError(f"the vocabulary has no ordinary piece for {', '.join(repr(w) for w in words) or repr(cleaned)}"
+                         " (an unknown character or a special piece such as </s>)")
+    if len(ids) > cfg.max_len - 1:
+        raise ValueError(f"it has {len(ids)} pieces; the model's output holds at most {cfg.max_len - 1}")
+    return Encoded(ids, False, cleaned)
+
+
 def encode_many(tokenizer: Any, cfg: "TransformerConfig", texts: Sequence[str]) -> list[list[int]]:
     """Ids of already clean corpus lines (validation), each cut by :func:`cut`, not cleaned (an empty line gives
     ``[eos_id]`` alone). ``tokenizer.encode_batch`` is used when it exists."""

@@ -11,6 +11,7 @@ import streamlit as st
 from aiayn import app as ui
 from aiayn import calls
 from aiayn.app import lesson as lesson_ui
+from aiayn.app.explorer import explorer_prefix_link
 from aiayn.app.models import load_translator
 from aiayn.examples import EXAMPLES
 from aiayn.figures import figure1 as f1
@@ -104,6 +105,7 @@ force = st.selectbox("Force a node's prefix and decode the rest (or click a node
 if force is not None:
     forced = _forced(ctx.direction, cleaned, tuple(tree.tokens(force)))
     st.markdown(f"**Forced:** {forced.text or '∅'} (score {forced.score:.3f})")
+    explorer_prefix_link(tr, cleaned, tree.tokens(force))  # every head's maps of this forced output
 
 # -- logit lens ---------------------------------------------------------------------------------------------------
 st.subheader("Logit lens")

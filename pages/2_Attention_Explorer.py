@@ -15,10 +15,14 @@ from aiayn.app.state import reference_follows, remember_form, seed_form, write_v
 from aiayn.app.explorer import (
     TAB_LABELS,
     MEASURES,
+    PREFIX_HELP,
     ExplorerView,
     all_heads_tab,
+    explain_forced,
+    forced_prefix,
     head_stats_tab,
     one_head_tab,
+    output_label,
     presenter_layout,
     seed_tab,
     step_tab,
@@ -51,15 +55,17 @@ DEFAULT_TEXT, DEFAULT_REF = examples[0][0], examples[0][1]
 
 def _from_url() -> dict:
     text = st.query_params.get("text", DEFAULT_TEXT)
-    return {"ex_text": text, "ex_ref": st.query_params.get("ref", by_sentence.get(text, ("", ""))[0])}
+    return {"ex_text": text, "ex_ref": st.query_params.get("ref", by_sentence.get(text, ("", ""))[0]),
+            "ex_prefix": st.query_params.get("prefix", "")}
 
 
-def _for_direction(old: str) -> dict | None:  # the other language's example
-    return ({"ex_text": DEFAULT_TEXT, "ex_ref": DEFAULT_REF}
-            if st.session_state.get("ex_text") in {e[0] for e in EXAMPLES.get(old, ())} else None)
+def _for_direction(old: str) -> dict | None:  # the other language's example; a forced start in the old target
+    values = ({"ex_text": DEFAULT_TEXT, "ex_ref": DEFAULT_REF}  # language means nothing in the new one
+              if st.session_state.get("ex_text") in {e[0] for e in EXAMPLES.get(old, ())} else {})
+    return values | ({"ex_prefix": ""} if st.session_state.get("ex_prefix") else {}) or None
 
 
-if seed_form(PAGE, ("text", "ref"), ctx.direction, from_url=_from_url, for_direction=_for_direction) is None:
+if seed_form(PAGE, ("text", "ref", "prefix"), ctx.direction, from_url=_from_url, for_direction=_for_direction) is None:
     reference_follows("ex_text", "ex_ref", lambda t: by_sentence.get(t, ("", ""))[0])
 
 
@@ -68,6 +74,11 @@ def _pick_example() -> None:
     if choice in by_sentence:
         st.session_state.ex_text = choice
         st.session_state.ex_ref = by_sentence[choice][0]
+        st.session_state.ex_prefix = ""  # a new sentence starts unforced
+
+
+def _remove_prefix() -> None:
+    st.session_state.ex_prefix = ""
 
 
 # Layout: the sentence form in one row, examples and decoder input beside it, the model output and the
@@ -92,9 +103,19 @@ with top_left:
                                 persist_state="session", placeholder="Used only when the decoder input is 'forced'")
         with f_go:
             st.form_submit_button("Show attention", type="primary", width="stretch")
+        # under the sentence: the forced start of the output (prefix-constrained decoding; ?prefix= in the URL)
+        p_box, p_go = st.columns([8, 3.4] if ctx.presenter else [9, 2.6], vertical_alignment="bottom")
+        prefix_raw = p_box.text_input(f"Forced start of the output ({ctx.tgt_lang.upper()}, optional)", key="ex_prefix",
+                                      persist_state="session", help=PREFIX_HELP,
+                                      placeholder="Empty: the model's own output. Words here: the output must start "
+                                                  "with them, beam search decodes the rest")
+        if (prefix_raw or "").strip():
+            p_go.form_submit_button("Remove forced start", icon=":material/close:", width="stretch",
+                                    on_click=_remove_prefix)
 
 write_view(PAGE, {"text": None if text == DEFAULT_TEXT else text or "",
-                     "ref": ref if mode == "forced" and ref != by_sentence.get(text, ("", ""))[0] else None})
+                     "ref": ref if mode == "forced" and ref != by_sentence.get(text, ("", ""))[0] else None,
+                     "prefix": (prefix_raw or "").strip() or None})
 remember_form("ex_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)
@@ -105,17 +126,22 @@ if mode == "forced":
     if reference is None:
         st.warning("Teacher-forced mode needs a reference translation; showing the model's own output instead.")
         mode = "free"
+prefix, prefix_error = forced_prefix(tr, prefix_raw)
+if (prefix_raw or "").strip() and reference is not None:
+    st.info("The forced start of the output applies to the model's own output (decoder input: free); it is "
+            "ignored while a reference is fed.", icon=":material/info:")
 try:
-    result = ui.explain_sentence(ctx.direction, cleaned, reference=reference)
+    result, forced_error = explain_forced(ctx.direction, cleaned, prefix, reference)
 except ValueError as exc:
     st.error(f"Could not run the model: {exc}")
     st.stop()
+if reference is None and (prefix_error or forced_error):
+    st.error(f"{prefix_error or forced_error} Showing the model's own output instead.", icon=":material/error:")
 if result.truncated:
     st.warning(f"The sentence is longer than the model accepts ({cfg.max_len} pieces); it was cut.")
 
-label = "Model output" if result.mode == "free-running" else "Teacher-forced reference"
 out_col, hint_col = st.columns([2, 3], vertical_alignment="center") if cleaned in by_sentence else (st.container(), None)
-out_col.markdown(f"**{label}:** {result.text or '∅'}  \n<small>source pieces: {len(result.src_tokens)} · "
+out_col.markdown(f"{output_label(result)} {result.text or '∅'}  \n<small>source pieces: {len(result.src_tokens)} · "
                  f"decoder positions: {len(result.output_tokens)} · {result.elapsed_ms:.0f} ms"
                  + (f" (a batch of {result.batch_size} sentences from several visitors)" if result.batch_size > 1 else "")
                  + "</small>",

@@ -96,6 +96,88 @@ def presenter_layout(presenter: bool) -> None:
 
 
 
+#: the help of the explorer's "Forced start of the output" box (the URL's ``prefix``)
+PREFIX_HELP = ("Prefix-constrained decoding: the model's output must start with these words (their pieces are "
+               "forced, each scored with the model's own probability); beam search decodes the rest, and every map "
+               "shows that forced output. Empty: the model's own output. Applies to the decoder input 'free'.")
+
+
+def forced_prefix(tr: Any, raw: str | None) -> tuple[str | None, str | None]:
+    """The explorer's forced start of the output (``?prefix=``) checked against the translator ``tr``'s vocabulary
+    (:func:`aiayn.calls.encode_prefix`): ``(cleaned prefix, None)``, ``(None, None)`` when empty or absent, or
+    ``(None, why)`` when the model cannot be forced to write it (the page shows ``why`` as an error)."""
+    from .. import calls
+
+    if raw is None or not raw.strip():
+        return None, None
+    try:
+        return calls.encode_prefix(tr.tokenizer, tr.cfg, raw).text, None
+    except ValueError as exc:
+        return None, f"Cannot force the output to start with “{raw.strip()[:80]}”: {exc}."
+
+
+def explain_forced(direction: str, text: str, prefix: str | None, reference: str | None) -> tuple["Translation", str | None]:
+    """:func:`aiayn.app.results.explain_sentence` of ``text``: with ``prefix`` (free-running, ``reference`` None)
+    the output forced to start with it and the rest decoded by beam search (through the decode queue), else the
+    model's own output or the teacher-forced ``reference``. Returns ``(translation, error)``: when the prefix
+    cannot be forced for this sentence (e.g. longer than its longest output), ``error`` says why and the
+    translation is the unforced one.
+
+    Raises:
+        ValueError: as :func:`~aiayn.app.results.explain_sentence` for the unforced call (empty text...).
+    """
+    from .results import explain_sentence
+
+    if prefix is not None and reference is None:
+        try:
+            return explain_sentence(direction, text, prefix=prefix), None
+        except ValueError as exc:
+            error = f"Cannot force the output to start with “{prefix[:80]}” for this sentence: {exc}."
+            return explain_sentence(direction, text), error
+    return explain_sentence(direction, text, reference=reference), None
+
+
+def forced_pieces(t: "Translation") -> list[str]:
+    """The pieces a translation was forced to start with (prefix-constrained decoding), ``[]`` when none."""
+    return list(t.attention.meta.get("prefix") or []) if t.attention is not None else []
+
+
+def output_label(t: "Translation") -> str:
+    """The markdown label of the explorer's output line: the model's own output, a forced prefix (its pieces,
+    the rest decoded by beam search) or the teacher-forced reference."""
+    if t.mode != "free-running":
+        return "**Teacher-forced reference:**"
+    pieces = forced_pieces(t)
+    if not pieces:
+        return "**Model output:**"
+    return ("**Model output** (forced prefix: " + " ".join(f"`{p}`" for p in pieces)
+            + ", the rest decoded by beam search)**:**")
+
+
+#: the explorer's page script (the target of :func:`explorer_prefix_link`)
+EXPLORER_PAGE = "pages/2_Attention_Explorer.py"
+
+
+def explorer_prefix_link(tr: Any, text: str, prefix_ids: Any) -> dict[str, str]:
+    """A link to the attention explorer showing ``text`` translated with its output forced to start with
+    ``prefix_ids`` (e.g. a beam-tree node's pieces): every head's maps of that forced output. The prefix travels
+    as text (``?prefix=``, the ids detokenised; a trailing ``</s>`` dropped) and the explorer re-tokenises it: when
+    that gives other pieces, a caption says which. Direction and model are bound to the URL: Streamlit carries
+    them. Returns the link's query parameters."""
+    from .frame import nav_query_params, page_link
+
+    ids = [int(i) for i in prefix_ids if int(i) != tr.cfg.eos_id]
+    prefix = tr.tokenizer.decode(ids)
+    params = nav_query_params(text=text, prefix=prefix or None)
+    page_link(EXPLORER_PAGE, label="See every head's attention for this output in the Attention Explorer",
+              icon=":material/search:", query_params=params)
+    again = tr.tokenizer.encode(prefix) if prefix else []
+    if again != ids:
+        st.caption("The explorer reads the forced start as text, which splits into other pieces: "
+                   + " ".join(f"`{p}`" for p in tr.pieces(again)) + "; its output may differ from this one.")
+    return params
+
+
 @dataclass(frozen=True)
 class ExplorerView:
     """One sentence and the explorer's controls.
@@ -272,8 +354,10 @@ def step_tab(v: ExplorerView) -> None:
         step = 1
     step = int(step) if step in step_opts else 1
     i = step - 1
+    n_forced = len(forced_pieces(t))
     st.markdown(f"**Step {step} of {T}.** Fed so far: " + " ".join(f"`{p}`" for p in fed[: i + 1])
-                + f" → predicts **`{out[i]}`**")
+                + (f" → forced to write **`{out[i]}`** (step {step} of the {n_forced} forced ones: the prefix)"
+                   if i < n_forced else f" → predicts **`{out[i]}`**"))
     dec_w = v.pick(kind_stack(t.attention, "decoder")[v.layer - 1])
     crs_w = v.pick(kind_stack(t.attention, "cross")[v.layer - 1])
     rows = query_labels(fed, out, positions=range(i + 1))

@@ -26,13 +26,15 @@ if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
 @st.cache_data(max_entries=128, show_spinner="Running the model…")
 def _explained(direction: str, ckpt: str, stamp: str, text: str, reference: str | None,  # noqa: ARG001
                beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
-               head_mask: tuple | None = None) -> "Translation":
+               head_mask: tuple | None = None, prefix: str | None = None) -> "Translation":
     """:func:`aiayn.analysis.explain` for the translator of ``direction``, in the turn of its
     :func:`~aiayn.app.models.decode_queue` (sessions' sentences waiting at the same moment are decoded together);
-    ``ckpt`` and ``stamp`` are part of the cache key only; ``head_mask`` is the hashable :func:`head_mask_key`."""
+    ``ckpt`` and ``stamp`` are part of the cache key only; ``head_mask`` is the hashable :func:`head_mask_key`;
+    ``prefix``: the cleaned forced start of the output (:func:`aiayn.calls.encode_prefix`), or None."""
     return decode_queue(direction).explain(
         text, reference=reference, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
-        n_best=n_best, head_mask=None if head_mask is None else np.asarray(head_mask, dtype=np.float32))
+        n_best=n_best, head_mask=None if head_mask is None else np.asarray(head_mask, dtype=np.float32),
+        prefix=prefix)
 
 
 def head_mask_key(head_mask: Any) -> tuple | None:
@@ -61,9 +63,9 @@ def head_mask_key(head_mask: Any) -> tuple | None:
 
 def explain_sentence(direction: str, text: str, *, reference: str | None = None, beam_size: int = 4,
                      length_penalty: float = 0.6, max_len: int | None = None, n_best: int = 4,
-                     head_mask: Any = None) -> "Translation":
+                     head_mask: Any = None, prefix: str | None = None) -> "Translation":
     """:func:`aiayn.analysis.explain` of ``text`` with the model of ``direction``, cached per (checkpoint,
-    stamp, sentence, options).
+    stamp, sentence, options, forced prefix).
 
     Args:
         direction: ``"en-de"`` or ``"de-en"``.
@@ -73,6 +75,8 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
             length penalty alpha 0.6, source length + 50).
         head_mask: head ablation mask ``(3, n_layers, n_heads)`` (encoder, decoder self, cross; 1 keeps a
             head, 0 removes its output, a float scales it), tensor / numpy array / nested lists, or None.
+        prefix: prefix-constrained decoding (free-running only): the output starts with this text's pieces and
+            beam search decodes the rest; the maps are those of that forced output. None: the model's own output.
 
     Returns:
         the :class:`~aiayn.translator.Translation` with ``attention`` (B=1, on the CPU), ``mode``,
@@ -82,9 +86,10 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
 
     Raises:
         ModelUnavailable: the checkpoint cannot be loaded.
-        ValueError: empty text or reference, bad decoding options, unknown direction, a bad ``head_mask``.
+        ValueError: empty text or reference, bad decoding options, unknown direction, a bad ``head_mask``, a
+            prefix the model cannot be forced to write (too long, or with a reference).
     """
     path = checkpoint_path(direction)
     return _explained(direction, str(path), checkpoint_stamp(path), text, reference, int(beam_size),
                       float(length_penalty), None if max_len is None else int(max_len), int(n_best),
-                      head_mask_key(head_mask))
+                      head_mask_key(head_mask), prefix)
