@@ -14,6 +14,7 @@ import streamlit as st
 from aiayn import app as ui
 from aiayn.alignment_eval import ALIGN_FILE, GOLD_PATH
 from aiayn.analysis import alignment as al
+from aiayn.app.alignment_history import across_training
 from aiayn.app.charts import show_figure
 from aiayn.app.downloads import download_buttons
 from aiayn.attribution_eval import gold_sentence
@@ -55,8 +56,10 @@ c3.metric(f"Best head (AER {best['aer']:.3f})", f"layer {best['layer'] + 1} head
 aer_df = pd.DataFrame([{"layer": l, "head": h, "aer": aer[l, h]} for l in range(L) for h in range(H)])
 download_buttons(aer_df, json.dumps(payload[measure]["readings"][reading]), f"aer_{ctx.direction}_{measure}_{reading}",
                  key="aer")
+across_training(ctx, reading)
 
 # -- one gold sentence ------------------------------------------------------------------------------------------
+st.subheader("One gold sentence")
 gold = al.read_gold(GOLD_PATH)
 d1, d2, d3, d4 = st.columns([1.4, 1, 1, 3], vertical_alignment="bottom")
 ui.warn_bad_param("sent", lambda v: v.isdigit() and int(v) < len(gold), f"the sentence must be 0 to {len(gold) - 1}")
