@@ -251,3 +251,19 @@ def test_page_without_history_says_so(app_env):
     assert not at.exception, at.exception
     assert "aer_history" not in charts(at)
     assert any("no attention history" in i.value for i in at.info)
+
+
+def test_docs_and_readme_quote_the_shipped_numbers():
+    """docs/alignment.md quotes the first and last state of the shipped histories (the `source` reading with the
+    shift: model mean, best layer mean, best head), the README the best head."""
+    docs = (ROOT / "docs" / "alignment.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for ckpt in SHIPPED:
+        r = json.loads((ckpt / ah.HISTORY_ALIGN_FILE).read_text(encoding="utf-8"))["readings"]["source_shift"]
+        b = r["final_best_head"]
+        for series in (r["model_mean_aer"], r["final_best_layer"]["aer"], b["aer"]):
+            assert f"{series[0]:.3f} -> {series[-1]:.3f}" in docs, ckpt.name
+        head = f"layer {b['layer'] + 1} head {b['head'] + 1}"
+        assert f"{head}: {b['aer'][0]:.3f} -> {b['aer'][-1]:.3f}" in docs, ckpt.name
+        assert f"{head} from {b['aer'][0]:.3f}" in readme or f"{head}, read with the shift by one, goes from an AER of " \
+            f"{b['aer'][0]:.3f}" in readme, ckpt.name

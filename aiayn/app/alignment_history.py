@@ -84,7 +84,8 @@ def across_training(ctx: Any, reading_key: str) -> None:
     st.caption(f"Attention weights of the {len(payload['sentences'])} sentences the attention history records "
                f"({sentences}; {payload['sure_links']} sure gold links, `assets/alignment/{payload['gold']}`), "
                "teacher-forced at each saved training state; norm-based attention needs each state's weights, "
-               "which are not kept. Too few links for a benchmark: the grid above is that."
+               "which are not kept. Too few links for a benchmark (the gold-set grid above is one): a view of how "
+               "alignment changes while the model trains."
                + (" The first state is the trained parent this run started from." if warm else ""))
     download_buttons(lambda: long_frame(r, steps), lambda: {"reading": reading_key, "steps": steps,
                                                           "lifetime_offset": offset, **r},
