@@ -274,12 +274,15 @@ def architecture_figure(n_layers: int, selected: str | None = None, *, template:
     """
     layer = min(max(_layer_of(selected), 1), n_layers)
     boxes = architecture_blocks(n_layers, layer)
-    fig = go.Figure()
+    # Shapes and annotations are collected and set in one layout update: plotly's add_shape / add_annotation
+    # re-validate the whole list on every call (quadratic; most of the page's time per rerun).
+    shapes, notes = [], []
     for x0, x1, top, label in ((-0.2, 2.2, 7.6, f"N× = {n_layers}"), (2.8, 5.2, 9.6, f"N× = {n_layers}")):
-        fig.add_shape(type="rect", x0=x0, x1=x1, y0=3.6, y1=top, line=dict(color="#888888", width=1.5),
-                      fillcolor="#f2f2f2", layer="below")
-        fig.add_annotation(x=x0 - 0.05 if x0 < 0 else x1 + 0.05, y=top + 0.25, text=label, showarrow=False,
-                           xanchor="right" if x0 < 0 else "left", font=dict(size=13))
+        shapes.append(dict(type="rect", x0=x0, x1=x1, y0=3.6, y1=top, line=dict(color="#888888", width=1.5),
+                           fillcolor="#f2f2f2", layer="below"))
+        notes.append(dict(x=x0 - 0.05 if x0 < 0 else x1 + 0.05, y=top + 0.25, text=label, showarrow=False,
+                          xanchor="right" if x0 < 0 else "left", font=dict(size=13)))
+    fig = go.Figure()
     # the encoder's output (the memory) into the decoder's encoder-decoder attention (K and V)
     fig.add_scatter(x=[1, 1, 2.5, 2.5, 3.2], y=[7.4, 8.1, 8.1, 6.0, 6.0], mode="lines", hoverinfo="skip",
                     showlegend=False, line=dict(color="#555555", width=1.5))
@@ -291,11 +294,11 @@ def architecture_figure(n_layers: int, selected: str | None = None, *, template:
     for b in main:
         sel = b["key"] == selected
         w = 1.05
-        fig.add_shape(type="rect", x0=b["x"] - w, x1=b["x"] + w, y0=b["y"] - 0.36, y1=b["y"] + 0.36,
-                      fillcolor=_ARCH_COLOURS[b["kind"]], line=dict(color=_SELECTED if sel else "#444444",
-                                                                       width=4 if sel else 1))
+        shapes.append(dict(type="rect", x0=b["x"] - w, x1=b["x"] + w, y0=b["y"] - 0.36, y1=b["y"] + 0.36,
+                           fillcolor=_ARCH_COLOURS[b["kind"]], line=dict(color=_SELECTED if sel else "#444444",
+                                                                         width=4 if sel else 1)))
         # annotations, not the trace's text: they draw above the boxes (shapes cover traces)
-        fig.add_annotation(x=b["x"], y=b["y"], text=b["label"], showarrow=False, font=dict(size=11, color="#111111"))
+        notes.append(dict(x=b["x"], y=b["y"], text=b["label"], showarrow=False, font=dict(size=11, color="#111111")))
     fig.add_scatter(x=[b["x"] for b in main], y=[b["y"] for b in main], mode="markers", name="blocks",
                     customdata=[b["key"] for b in main],
                     hovertext=[f"{b['label'].replace('<br>', ' ')} · {b['key']}" for b in main], hoverinfo="text",
@@ -308,12 +311,12 @@ def architecture_figure(n_layers: int, selected: str | None = None, *, template:
                     hovertext=[f"layer {b['layer']}" for b in chips], hoverinfo="text", textfont=dict(size=11),
                     marker=dict(size=20, color=[_SELECTED if b["layer"] == layer and b["key"].startswith(f"{sel_side}.")
                                                 else "#dddddd" for b in chips]))
-    for x, text in ((1.0, "Inputs"), (4.0, "Outputs (shifted right)")):
-        fig.add_annotation(x=x, y=0.15, text=text, showarrow=False, font=dict(size=12))
-    fig.add_annotation(x=4.0, y=12.85, text="Output Probabilities", showarrow=False, font=dict(size=12))
+    notes += [dict(x=x, y=0.15, text=text, showarrow=False, font=dict(size=12))
+              for x, text in ((1.0, "Inputs"), (4.0, "Outputs (shifted right)"))]
+    notes.append(dict(x=4.0, y=12.85, text="Output Probabilities", showarrow=False, font=dict(size=12)))
     fig.update_layout(height=620, margin=dict(l=10, r=10, t=10, b=10), dragmode=False, clickmode="event+select",
                       xaxis=dict(visible=False, range=[-1.0, 6.0], fixedrange=True),
-                      yaxis=dict(visible=False, range=[-0.2, 13.2], fixedrange=True))
+                      yaxis=dict(visible=False, range=[-0.2, 13.2], fixedrange=True), shapes=shapes, annotations=notes)
     return use_template(fig, template)
 
 
