@@ -17,7 +17,8 @@ from ..analysis import view_stack
 from ..analysis.ablation import KINDS, Head, format_heads, head_mask_array, maps_difference_frame, parse_heads, sentence_chrf
 from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatmap, mark_heads, sweep_figure
 from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
-from ..sweep import cached_head_sweep, forced_maps, load_sweep, reference_logprob
+from ..jobs import CANCELLED, DONE, FAILED, RUNNING, JobRegistry
+from ..sweep import SWEEP_FILE, cached_head_sweep, forced_maps, load_sweep, reference_logprob, sweep_path
 from .charts import chart_columns, show_figure
 from .downloads import download_buttons
 from .models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
@@ -181,27 +182,100 @@ def _fresh_sweep(direction: str, ckpt: str, stamp: str, pairs: tuple, beam_size:
     return load_sweep(ckpt, [tuple(p) for p in pairs], beam_size=beam_size)
 
 
+#: seconds between two looks of a visitor's page at the running sweep's progress
+SWEEP_POLL_S = 1.0
+
+
+@st.cache_resource(show_spinner=False)
+def sweep_jobs() -> JobRegistry:
+    """The server's long jobs (:class:`aiayn.jobs.JobRegistry`, one per process): every session sees the same
+    running sweep of a checkpoint, and starting it again joins it."""
+    return JobRegistry()
+
+
+def _sweep_stamp(path) -> str:
+    """The checkpoint's stamp plus its ``head_sweep.json``'s (a sweep written by the job is read at once)."""
+    try:
+        stat = sweep_path(path).stat()
+        sweep = f"{stat.st_mtime_ns}:{stat.st_size}"
+    except OSError:
+        sweep = "missing"
+    return f"{checkpoint_stamp(path)}|{SWEEP_FILE}:{sweep}"
+
+
+def sweep_job_key(path, beam_size: int = 4) -> tuple:
+    """The registry key of a checkpoint's sweep: its path, its weights' stamp, the kind of work and the beam."""
+    return str(path), checkpoint_stamp(path), "head_sweep", int(beam_size)
+
+
+def _start_sweep(direction: str, path, pairs: list[tuple[str, str]], beam_size: int) -> None:
+    """Start (or join) the server's sweep of ``path``: each model run a background piece of the direction's
+    decode queue (:meth:`aiayn.serving.DecodeQueue.run_background`), so the class's requests go first."""
+    tr, queue = load_translator(direction), decode_queue(direction)  # here: the job's thread has no session
+
+    def work(report, should_stop):
+        return cached_head_sweep(tr, pairs, checkpoint=path, beam_size=beam_size, progress=report,
+                                 should_stop=should_stop, run=queue.run_background)
+
+    sweep_jobs().start(sweep_job_key(path, beam_size), work, name=f"head sweep of {path.name}")
+
+
+def _cancel_sweep(key: tuple) -> None:
+    job = sweep_jobs().get(key)
+    if job is not None:
+        job.cancel()
+
+
+@st.fragment(run_every=SWEEP_POLL_S)
+def _sweep_progress(key: tuple) -> None:
+    """The running sweep's progress bar and Cancel button, redrawn every :data:`SWEEP_POLL_S`; the whole page
+    reruns once the job has ended (its heatmap, or why it stopped)."""
+    job = sweep_jobs().get(key)
+    status = None if job is None else job.status()
+    if status is None or status.state != RUNNING:
+        st.rerun(scope="app")
+    st.progress(status.fraction, text=f"Sweep: {status.label} ({status.fraction:.0%}). It runs behind every "
+                                      "translation of the server, so a class's requests go first.")
+    st.button("Cancelling…" if status.cancelling else "Cancel the sweep", on_click=_cancel_sweep, args=(key,),
+              disabled=status.cancelling, icon=":material/stop:", key="ab_sweep_cancel",
+              help="Stops the sweep for every visitor after the model run under way; nothing is stored.")
+
+
+def _sweep_job_view(ctx, path, pairs: list[tuple[str, str]], beam_size: int):
+    """No fresh sweep beside the checkpoint: the result of the server's sweep job, else its progress, else why
+    the last one stopped and the button that starts it. Returns the sweep's table or None."""
+    key = sweep_job_key(path, beam_size)
+    job = sweep_jobs().get(key)
+    status = None if job is None else job.status()
+    if status is not None and status.state == DONE:
+        return job.result()  # also written beside the checkpoint, unless its directory is read-only
+    if status is None or status.state != RUNNING:
+        runs = 2 * (3 * ctx.translator.cfg.n_layers * ctx.translator.cfg.n_heads + 1)
+        st.info(f"No up-to-date sweep is stored beside this checkpoint ({path.name}/head_sweep.json). Computing it "
+                f"runs the model {runs} times on the {len(pairs)} curated sentences, in the server's background: "
+                "every visitor's translations go first, every visitor sees its progress, and it is stored when done.")
+        if status is not None and status.state == CANCELLED:
+            st.warning("The last sweep was cancelled; nothing was stored.", icon=":material/stop:")
+        elif status is not None and status.state == FAILED:
+            st.error(f"The last sweep failed: {status.error}", icon=":material/error:")
+        # a callback: it runs once, before the script, even when the script reruns before reaching this button
+        st.button("Run the sweep", type="primary", icon=":material/play_arrow:", key="ab_sweep_run",
+                  on_click=_start_sweep, args=(ctx.direction, path, pairs, beam_size))
+        return None
+    _sweep_progress(key)
+    return None
+
+
 def sweep_view(ctx, pairs: list[tuple[str, str]], *, beam_size: int = 4) -> None:
     """The sweep (:func:`aiayn.sweep.head_sweep`) of the direction's checkpoint: read from its
-    ``head_sweep.json`` when fresh, else computed on request with a progress bar; a layer x head heatmap per
-    kind of a chosen metric (in the URL, ``metric``), the table and CSV/JSON downloads."""
+    ``head_sweep.json`` when fresh, else computed on request as a server-wide background job
+    (:func:`sweep_jobs`: one per checkpoint, progress bar and Cancel button for every visitor); a layer x head
+    heatmap per kind of a chosen metric (in the URL, ``metric``), the table and CSV/JSON downloads."""
     path = checkpoint_path(ctx.direction)
-    df = _fresh_sweep(ctx.direction, str(path), checkpoint_stamp(path), tuple(map(tuple, pairs)), beam_size)
-    df = df if df is not None else st.session_state.get(f"ab_sweep_{ctx.direction}_{checkpoint_stamp(path)}")
+    df = _fresh_sweep(ctx.direction, str(path), _sweep_stamp(path), tuple(map(tuple, pairs)), beam_size)
+    df = df if df is not None else _sweep_job_view(ctx, path, pairs, beam_size)
     if df is None:
-        n = 3 * ctx.translator.cfg.n_layers * ctx.translator.cfg.n_heads
-        st.info(f"No up-to-date sweep is stored beside this checkpoint ({path.name}/head_sweep.json). Computing it "
-                f"runs the model {n + 1} times on the {len(pairs)} curated sentences.")
-        if not st.button("Run the sweep", type="primary", icon=":material/play_arrow:"):
-            return
-        bar = st.progress(0.0, text="intact model")
-        # not in the decode queue's turn: the sweep runs the model ~100 times and would hold every other visitor's
-        # translation for its whole length; it is a one-off (stored beside the checkpoint), not a classroom action
-        df = cached_head_sweep(load_translator(ctx.direction), pairs, checkpoint=path, beam_size=beam_size,
-                               progress=lambda f, t: bar.progress(min(1.0, f), text=t))
-        bar.empty()
-        st.session_state[f"ab_sweep_{ctx.direction}_{checkpoint_stamp(path)}"] = df
-        _fresh_sweep.clear()
+        return
     metrics = list(SWEEP_METRICS)
     warn_bad_param("metric", metrics, "the metric must be " + ", ".join(metrics))
     metric = st.segmented_control("Measure", metrics, default="chrf_drop", key="metric", bind="query-params",
