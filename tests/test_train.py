@@ -266,6 +266,7 @@ def test_average_cli_and_export(saved_run, tmp_path):
     meta = json.loads((out32 / "config.json").read_text())["meta"]
     assert meta["averaged_states"] == ["step_00000006", "step_00000007"]
     assert meta["direction"] == "en-de" and meta["step"] == 7
+    assert "data_mix" not in meta  # trained without --kind-weights: nothing claimed
     assert (out32 / "spm.model").read_bytes() == (saved_run / "spm.model").read_bytes()
     assert (out32 / "metrics.jsonl").is_file()
     # default dtype float16 (the shipped format): the mean rounded to half precision
@@ -359,6 +360,9 @@ def test_resume_with_a_kind_mix_continues_exactly(tiny_data, tmp_path):
     for s in range(6, 15):
         assert lb[s] == pytest.approx(la[s], rel=1e-5, abs=1e-6), s
     assert json.loads((run_b / "data_mix.json").read_text()) == mix
+    from aiayn.training.export import export
+    out = export(run_b, tmp_path / "exported", last=2)
+    assert json.loads((out / "config.json").read_text())["meta"]["data_mix"] == mix  # the card can say what it saw
 
 
 def test_resume_after_crash_logs_each_step_once(tiny_data, tmp_path):

@@ -27,7 +27,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
     ``metrics.jsonl`` and ``attention_history.safetensors`` when the run has them (a damaged history is left
     out with a warning; the checkpoint loader ignores the file). The checkpoint's meta holds the direction, the averaged states, step, epoch, training
     wall time (seconds) and tokens, the training configuration, its changes before the exported step and the
-    git commit, and its lineage (``meta["lineage"]``, :mod:`aiayn.lineage`: the runs of the parent it was
+    git commit, the data mix by kind (``meta["data_mix"]``, from ``data_mix.json`` when the run has one), and its lineage (``meta["lineage"]``, :mod:`aiayn.lineage`: the runs of the parent it was
     warm-started from, recorded when the run started, then this run); ``meta`` adds or overrides keys. Returns ``out_dir`` as a ``Path``.
 
     Raises:
@@ -54,6 +54,8 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
                                             cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         info["git_commit"] = None
+    if (run_dir / "data_mix.json").is_file():  # the per-kind mix (--kind-weights), so a card can say what it saw
+        info["data_mix"] = json.loads((run_dir / "data_mix.json").read_text())
     own = read_run_lineage(run_dir)  # the parents recorded when the run started, and where it ran
     info["lineage"] = own["parents"] + [run_entry(tc, st, own["hardware"], info["git_commit"])]
     info.update(meta or {})
