@@ -206,3 +206,20 @@ def test_render_card_and_its_parts_stay_short():
     for node in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         body = node.body[1:] if ast.get_docstring(node) else node.body
         assert node.end_lineno - body[0].lineno + 1 <= 80, node.name
+
+
+def test_card_states_the_data_mix_by_kind_only_when_one_was_used(tiny_checkpoints, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "en-de"
+    shutil.copytree(tiny_checkpoints / "en-de", ckpt)
+    assert "Data mix by kind" not in render_card(ckpt, None, None, [], "cpu")
+    mix = {"kind_weights": "ding=1,everyday=3", "examples": 1030,
+           "kinds": {"ding": {"weight": 1.0, "pairs": 1000, "examples": 1000},
+                     "everyday": {"weight": 3.0, "pairs": 10, "examples": 30}}}
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.setdefault("meta", {})["data_mix"] = mix
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    line = next(ln for ln in render_card(ckpt, None, None, [], "cpu").splitlines() if ln.startswith("- Data mix"))
+    assert "`--kind-weights ding=1,everyday=3`" in line
+    assert "everyday x3: 10 pairs -> 30" in line and "ding x1: 1,000 pairs -> 1,000" in line and "1,030 in all" in line

@@ -226,6 +226,7 @@ def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str
                f"`{_short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
                "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
                "Bojar 2018)."] if init_from else []),
+            *_data_mix_lines(meta.get("data_mix")),
             *_config_change_lines(meta.get("config_changes", []), tc.get("accumulation")),
             f"- Steps{' (this run)' if several else ''}: {meta.get('step')} (epoch {meta.get('epoch')}), "
             f"{meta.get('train_tokens', 0):,} target tokens seen, wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
@@ -236,6 +237,15 @@ def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str
             "as in Section 6.1 (the paper averages the last 5 checkpoints).",
             "- The training curves are in `metrics.jsonl` (step, epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time)"
             + (" for the last run only." if several else "."), ""]
+
+
+def _data_mix_lines(mix: dict[str, Any] | None) -> list[str]:
+    """One line on the data mix by kind (``meta["data_mix"]``, ``aiayn train --kind-weights``), or none."""
+    if not mix or not mix.get("kinds"):
+        return []
+    parts = [f"{k} x{v['weight']:g}: {v['pairs']:,} pairs -> {v['examples']:,}" for k, v in mix["kinds"].items()]
+    return [f"- Data mix by kind (`--kind-weights {mix.get('kind_weights')}`), examples per epoch: " + "; ".join(parts)
+            + f" ({mix.get('examples', 0):,} in all)."]
 
 
 def _scores_section(evaluation: dict[str, Any] | None, samples: list[tuple[str, str]]) -> list[str]:
