@@ -267,3 +267,16 @@ def test_docs_and_readme_quote_the_shipped_numbers():
         assert f"{head}: {b['aer'][0]:.3f} -> {b['aer'][-1]:.3f}" in docs, ckpt.name
         assert f"{head} from {b['aer'][0]:.3f}" in readme or f"{head}, read with the shift by one, goes from an AER of " \
             f"{b['aer'][0]:.3f}" in readme, ckpt.name
+
+
+def test_download_frame_holds_every_readout():
+    from aiayn.app.alignment_history import long_frame
+
+    payload = json.loads((SHIPPED[0] / ah.HISTORY_ALIGN_FILE).read_text(encoding="utf-8"))
+    r, steps, L, H = payload["readings"]["target"], payload["steps"], payload["layers"], payload["heads"]
+    f = long_frame(r, steps, offset=100)
+    assert len(f) == len(steps) * (L * H + L + 1) and (f["lifetime_step"] == f["step"] + 100).all()
+    last = f[(f["step"] == steps[-1]) & (f["readout"] == "head")]
+    np.testing.assert_allclose(last["aer"].to_numpy().reshape(L, H), r["head_aer"][-1])
+    model = f[f["readout"] == "model_mean"]
+    assert model["aer"].tolist() == r["model_mean_aer"] and model["layer"].isna().all()

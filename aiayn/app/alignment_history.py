@@ -34,10 +34,11 @@ def missing_notice(checkpoint: Path) -> str:
             "no alignment error rate across training to show.")
 
 
-def long_frame(reading: dict[str, Any], steps: list[int]) -> pd.DataFrame:
+def long_frame(reading: dict[str, Any], steps: list[int], offset: int = 0) -> pd.DataFrame:
     """One row per (step, readout): every head, every layer mean and the model mean of one reading; columns
-    ``step``, ``readout`` (``head``, ``layer_mean``, ``model_mean``), ``layer``, ``head`` (from 0; NaN where they do
-    not apply), ``aer``."""
+    ``step`` (the run's optimizer step), ``lifetime_step`` (``offset + step``: :func:`~aiayn.app.history.lifetime_start`),
+    ``readout`` (``head``, ``layer_mean``, ``model_mean``), ``layer``, ``head`` (from 0; NaN where they do not apply),
+    ``aer``."""
     heads = np.asarray(reading["head_aer"], dtype=float)  # (N, L, H)
     rows = []
     for n, step in enumerate(steps):
@@ -47,7 +48,9 @@ def long_frame(reading: dict[str, Any], steps: list[int]) -> pd.DataFrame:
                  for l, v in enumerate(reading["layer_mean_aer"][n])]
         rows.append({"step": step, "readout": "model_mean", "layer": None, "head": None,
                      "aer": reading["model_mean_aer"][n]})
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows).astype({"layer": "Int64", "head": "Int64"})  # integers with gaps, not floats
+    frame.insert(1, "lifetime_step", frame["step"] + offset)
+    return frame
 
 
 def across_training(ctx: Any, reading_key: str) -> None:
@@ -77,7 +80,7 @@ def across_training(ctx: Any, reading_key: str) -> None:
                     key="aer_history", filename=f"aer_history_{ctx.direction}_{reading_key}")
     with right:
         show_figure(head_grid(np.asarray(r["head_aer"], dtype=float)[j], value_name="AER", zmin=0, zmax=1,
-                              title=f"AER per head at step {labels[j]}", colorscale=ctx.colorscale + "_r",
+                              title=f"AER per head at step {labels[j]} (framed: best at the end)", colorscale=ctx.colorscale + "_r",
                               template=ctx.template, best=(b["layer"], b["head"])),
                     key="aer_history_grid", filename=f"aer_history_grid_{ctx.direction}_{labels[j]}")
     sentences = " · ".join(s["source"] for s in payload["sentences"])
@@ -87,6 +90,6 @@ def across_training(ctx: Any, reading_key: str) -> None:
                "which are not kept. Too few links for a benchmark (the gold-set grid above is one): a view of how "
                "alignment changes while the model trains."
                + (" The first state is the trained parent this run started from." if warm else ""))
-    download_buttons(lambda: long_frame(r, steps), lambda: {"reading": reading_key, "steps": steps,
+    download_buttons(lambda: long_frame(r, steps, offset), lambda: {"reading": reading_key, "steps": steps,
                                                           "lifetime_offset": offset, **r},
                      f"aer_history_{ctx.direction}_{reading_key}", key="aer_history")
