@@ -30,6 +30,8 @@ cleaned = ui.sentence_or_stop(text)
 
 @st.cache_data(max_entries=32, show_spinner="Running the model…")
 def _walk(direction: str, text: str):
+    """All the first screen needs: one beam search (the translation and its tree are the same decode) and one
+    traced teacher-forced pass over its output (every block, the lesson's numbers, the logit lens)."""
     t = load_translator(direction)
     tree = t.beam_tree(text, beam_size=4, length_penalty=0.6)
     lens = t.logit_lens(text, k=5, output_ids=tree.translation.output_ids)
@@ -73,7 +75,7 @@ ui.warn_bad_param("block", list(labels), "unknown block of Figure 1")
 ui.warn_bad_param("step", [str(i) for i in range(lesson.N_STEPS + 1)], f"the lesson has steps 1 to {lesson.N_STEPS}")
 text_col, figure_col = ui.chart_columns([1, 1])  # stacked in presenter mode: the lesson's text first
 with text_col:
-    step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers))
+    step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers), opens={lesson.LENS_STEP: "open_lens"})
     if step:
         now = lesson.lesson_step(step, trace, lens, tr.cfg)
         lesson_ui.show_step(now, lesson.N_STEPS, labels[now.block])
@@ -108,23 +110,54 @@ if force is not None:
     explorer_prefix_link(tr, cleaned, tree.tokens(force))  # every head's maps of this forced output
 
 # -- logit lens ---------------------------------------------------------------------------------------------------
+# The two sections below are drawn when opened (Streamlit's lazy expanders, in fragments: opening one reruns it
+# alone): the first draw shows the blocks and the tree, from one beam search and one traced pass.
+@st.fragment
+def lens_section(lens) -> None:
+    """The logit lens of the traced pass (already computed: the lesson quotes it), drawn when opened."""
+    with st.expander("What each decoder layer would already predict", key="open_lens", on_change="rerun",
+                     bind="query-params", icon=":material/layers:") as box:
+        if box.open:
+            ui.show_figure(f1.logit_lens_figure(lens, colorscale=ctx.colorscale, template=ctx.template), key="lens",
+                           filename="logit_lens")
+
+
 st.subheader("Logit lens")
-ui.show_figure(f1.logit_lens_figure(lens, colorscale=ctx.colorscale, template=ctx.template), key="lens",
-               filename="logit_lens")
+lens_section(lens)
 
 # -- sampling -----------------------------------------------------------------------------------------------------
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "seed")
+
+
+@st.fragment
+def decodings_section(tree, trace) -> None:
+    """Greedy and sampled outputs beside the beam's, each with the probability the model gave its pieces: two more
+    decodes and two teacher-forced passes, run when the section is opened (the beam's come from the trace)."""
+    for key in SAMPLING_KEYS:  # widgets not drawn in a run lose their value: kept while the section is closed
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+    with st.expander("Decode greedily and by sampling, beside the beam", key="open_decodings", on_change="rerun",
+                     bind="query-params", icon=":material/casino:") as box:
+        if not box.open:
+            return
+        c1, c2, c3, c4 = st.columns(4)
+        temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, step=0.1, key="temperature")
+        top_k = c2.number_input("top-k (0: all)", 0, 100, 0, key="top_k")
+        top_p = c3.slider("top-p", 0.05, 1.0, 1.0, step=0.05, key="top_p")
+        seed = c4.number_input("Seed", 0, 10_000, 0, key="seed")
+        greedy, sampled = _greedy_and_sampled(ctx.direction, cleaned, float(temperature), int(top_k), float(top_p),
+                                              int(seed))
+        beam = tree.translation
+        st.table({"decoding": ["greedy", "beam 4", "sampled"], "output": [greedy.text, beam.text, sampled.text],
+                  "log P": [round(greedy.log_prob, 3), round(beam.log_prob, 3), round(sampled.log_prob, 3)]})
+        rows = [("greedy", greedy.output_tokens, _chosen_probs(ctx.direction, tuple(greedy.src_ids),
+                                                               tuple(greedy.output_ids))),
+                ("beam 4", beam.output_tokens, lesson.chosen_probs(trace)),  # from the traced pass
+                ("sampled", sampled.output_tokens, _chosen_probs(ctx.direction, tuple(sampled.src_ids),
+                                                                 tuple(sampled.output_ids)))]
+        ui.show_figure(f1.next_piece_figure([r for r in rows if len(r[1])], template=ctx.template), key="next_piece",
+                       filename="next_piece_probabilities")
+
+
 st.subheader("Greedy, beam and sampling")
-c1, c2, c3, c4 = st.columns(4)
-temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, step=0.1, key="temperature")
-top_k = c2.number_input("top-k (0: all)", 0, 100, 0, key="top_k")
-top_p = c3.slider("top-p", 0.05, 1.0, 1.0, step=0.05, key="top_p")
-seed = c4.number_input("Seed", 0, 10_000, 0, key="seed")
-greedy, sampled = _greedy_and_sampled(ctx.direction, cleaned, float(temperature), int(top_k), float(top_p), int(seed))
-st.table({"decoding": ["greedy", "beam 4", "sampled"],
-          "output": [greedy.text, tree.translation.text, sampled.text],
-          "log P": [round(greedy.log_prob, 3), round(tree.translation.log_prob, 3), round(sampled.log_prob, 3)]})
-outputs = [("greedy", greedy), ("beam 4", tree.translation), ("sampled", sampled)]
-ui.show_figure(f1.next_piece_figure([(name, t.output_tokens, _chosen_probs(ctx.direction, tuple(t.src_ids),
-                                                                            tuple(t.output_ids)))
-                                     for name, t in outputs if t.output_ids], template=ctx.template),
-               key="next_piece", filename="next_piece_probabilities")
+decodings_section(tree, trace)

@@ -72,11 +72,15 @@ def test_page_opens_and_every_block_draws(checkpoints):
     at = open_page(PAGE)
     assert not at.exception
     found = charts(at)
-    assert {"block_heatmap", "block_metrics", "beam_tree", "lens"} <= set(found)
+    assert {"block_heatmap", "block_metrics", "beam_tree"} <= set(found)
+    # the first draw leaves the logit lens and the greedy / sampled decodes to their sections, drawn when opened
+    assert not {"lens", "next_piece"} & set(found) and len(at.table) == 0
+    at = open_page(PAGE, {"open_lens": "true", "open_decodings": "true"})
+    assert not at.exception and {"lens", "next_piece", "beam_tree"} <= set(charts(at))
     assert len(at.table) == 1 and len(at.table[0].value) == 3
     at = open_page(PAGE, {"block": "out"})
     assert not at.exception and len(at.dataframe) == 1 and "block_metrics" not in charts(at)
-    at = open_page(PAGE, {"block": "dec.2.cross_attn"})
+    at = open_page(PAGE, {"block": "dec.2.cross_attn", "open_lens": "true"})
     assert not at.exception
     assert "Decoder layer 2" in charts(at)["block_heatmap"]["layout"]["title"]["text"]
     lens = arr(charts(at)["lens"]["data"][0]["z"])
@@ -110,7 +114,7 @@ def test_architecture_figure_draws_every_block_and_highlights_the_selected():
 def test_next_piece_bars_show_each_decodings_chosen_probabilities(checkpoints, tiny_translator):
     fig = f1.next_piece_figure([("greedy", ["a", "</s>"], [0.5, 0.25]), ("beam 4", ["b"], [0.75])])
     assert [list(t.y) for t in fig.data] == [[0.5, 0.25], [0.75]] and list(fig.data[0].text) == ["a", "&lt;/s&gt;"]
-    at = open_page(PAGE, {"text": TEXT})
+    at = open_page(PAGE, {"text": TEXT, "open_decodings": "true"})
     assert not at.exception
     bars = charts(at)["next_piece"]["data"]
     assert len(bars) == 3

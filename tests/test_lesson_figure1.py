@@ -54,6 +54,18 @@ def test_steps_walk_figure_1_upwards(walked):
         lesson.lesson_step(0, trace, walked[2], tr.cfg)
 
 
+def test_chosen_probs_equal_a_separate_teacher_forced_pass(walked):
+    """The page's beam bars come from the trace: bit for bit what a pass of their own over the output gives."""
+    from aiayn import calls
+
+    tr, trace, _ = walked
+    out = trace.target[0].tolist()
+    src_ids = tr.encode_source(TEXT).ids
+    own = calls.teacher_forced_ids(tr.model, [src_ids], [out]).target_log_probs(tr.cfg.pad_id)[0].exp().numpy()
+    got = lesson.chosen_probs(trace)
+    assert got.shape == (len(out),) and torch.equal(torch.from_numpy(got), torch.from_numpy(own))
+
+
 def test_step_numbers_equal_direct_computations(walked):
     tr, trace, lens = walked
     s = _steps(walked)
@@ -120,6 +132,7 @@ def test_page_opens_at_every_step(checkpoints, page_steps, k):
     box = _box(at, k)
     assert len(box) == 1 and page_steps[k].markdown in box[0]
     assert at.number_input(key="step").value == k
+    assert ("lens" in charts(at)) == (k == lesson.LENS_STEP)  # the lens step opens the logit lens's section
 
 
 def test_next_and_back_move_the_step_and_its_block(checkpoints):

@@ -5,7 +5,7 @@ Back and Next buttons, and the step's box. A step selects its block in the page'
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import streamlit as st
 
@@ -16,9 +16,10 @@ def _move(delta: int, n_steps: int) -> None:
     st.session_state["step"] = max(1, min(n_steps, int(st.session_state.get("step") or 0) + delta))
 
 
-def step_controls(blocks: Sequence[str], *, block_key: str = "block") -> int:
+def step_controls(blocks: Sequence[str], *, block_key: str = "block", opens: Mapping[int, str] | None = None) -> int:
     """Back / Next and the step number; returns the step (0: no lesson). Call before the block picker: a step
-    that changed since the last run writes its block (``blocks[step - 1]``) into the picker's session state."""
+    that changed since the last run writes its block (``blocks[step - 1]``) into the picker's session state, and
+    opens the expander keyed ``opens[step]`` when there is one (a section the step talks about)."""
     n = len(blocks)
     c_back, c_next, c_step = st.columns([1, 1, 2], vertical_alignment="bottom")
     step = int(c_step.number_input(f"Lesson step (1 to {n}; 0: off)", 0, n, 0, key="step", bind="query-params"))
@@ -27,6 +28,8 @@ def step_controls(blocks: Sequence[str], *, block_key: str = "block") -> int:
                   disabled=step >= n, width="stretch", type="primary")
     if step and st.session_state.get(_APPLIED) != step:
         st.session_state[block_key] = blocks[step - 1]
+        if opens and step in opens:
+            st.session_state[opens[step]] = True
     st.session_state[_APPLIED] = step
     return step
 

@@ -202,15 +202,23 @@ def _lens(trace, lens, cfg) -> tuple[str, dict]:
             f"layer {L} at **{n['last']} of {T}**."), n
 
 
-def _chosen_log_probs(trace) -> np.ndarray:
+def chosen_log_probs(trace) -> np.ndarray:
     """``(T,)`` float log-probabilities of the pieces the output chose (the trace's target), step by step."""
     lp = _np(trace.log_probs)
     tgt = np.asarray(trace.target[0].cpu())
     return lp[np.arange(len(tgt)), tgt]
 
 
+def chosen_probs(trace) -> np.ndarray:
+    """``(T,)`` float32 probabilities of the chosen pieces: :func:`chosen_log_probs` exponentiated by torch, bit for
+    bit the ``target_log_probs(pad_id).exp()`` of a separate teacher-forced pass over the same output."""
+    import torch
+
+    return torch.from_numpy(chosen_log_probs(trace)).exp().numpy()
+
+
 def _softmax(trace, lens, cfg) -> tuple[str, dict]:
-    p = np.exp(_chosen_log_probs(trace))
+    p = np.exp(chosen_log_probs(trace))
     n = {"V": _np(trace.log_probs).shape[1], "piece": trace.meta["output_tokens"][0], "p0": float(p[0]), "mean_p": float(p.mean())}
     return (f"Section 3.4: a linear map to the **{n['V']}** pieces of the vocabulary and a softmax give the "
             f"next-piece probabilities. Your output's first piece {_q(n['piece'])} had probability "
@@ -218,7 +226,7 @@ def _softmax(trace, lens, cfg) -> tuple[str, dict]:
 
 
 def _search(trace, lens, cfg) -> tuple[str, dict]:
-    chosen = _chosen_log_probs(trace)
+    chosen = chosen_log_probs(trace)
     n = {"log_p": float(chosen.sum()), "T": len(chosen)}
     return (f"Section 6.1: the output is not the argmax at each step but the result of beam search (beam size 4, "
             f"length penalty α = 0.6). The {n['T']} pieces you see have a total log-probability of "
@@ -232,6 +240,9 @@ _STEPS: list[tuple[str, Callable]] = [
     ("Decoder positions", _dec_pe), ("Masked multi-head attention", _masked),
     ("Encoder-decoder attention", _cross), ("The logit lens", _lens), ("Linear and softmax", _softmax),
     ("Beam search", _search)]
+
+#: the step of the logit lens (the page opens its section there)
+LENS_STEP = 1 + [title for title, _ in _STEPS].index("The logit lens")
 
 
 def lesson_step(k: int, trace, lens, cfg) -> LessonStep:
