@@ -9,16 +9,16 @@ one at a time, the model stops fighting itself; a sentence decoded in a batch wi
 fraction of its CPU time alone (finished sentences leave the batch, :mod:`aiayn.decoding`). The measurements, before
 and after: docs/benchmarks.md, "Classroom load test, third round".
 
-**How (leader and followers; no thread of its own).** A caller appends its job to the queue. If no job is
-running, the caller takes the turn and runs the oldest waiting job together with every other waiting job that can
-share its batch (free-running, same decoding options, no head mask), up to ``max_batch``; otherwise it waits. When
-its batch is done, the runner hands each job its result and passes the turn to the oldest job still waiting (a
-background piece only when no normal job waits, below). A caller that finds the queue idle never waits for anyone
-and gets what a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of one). In a batch, sources are padded, so maps and scores differ from a lone call
-by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts and n-best lists were the same for
-all 30 sentences measured, since only a near-exact tie between two hypotheses could flip; ``tests/test_serving.py``
-holds a batch to 1e-5 and its texts to equality); ``Translation.batch_size`` says how many sentences shared the
-beam search and ``elapsed_ms`` is that batch's wall time.
+**How (leader and followers; no thread of its own).** A caller appends its job to the queue. If no job is running,
+the caller takes the turn and runs the oldest waiting job together with every other waiting job that can share its
+batch (free-running, same decoding options, no head mask), up to ``max_batch``; otherwise it waits. When its batch
+is done, the runner hands each job its result and passes the turn to the oldest job still waiting (a background
+piece only when no normal job waits, below). A caller that finds the queue idle never waits for anyone and gets what
+a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of one). In a batch, sources are padded, so maps
+and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
+and n-best lists were the same for all 30 sentences measured, since only a near-exact tie between two hypotheses
+could flip; ``tests/test_serving.py`` holds a batch to 1e-5 and its texts to equality); ``Translation.batch_size``
+says how many sentences shared the beam search and ``elapsed_ms`` is that batch's wall time.
 
 A batch that fails (one bad sentence) is run again one job at a time, so each caller gets its own result or its own
 error. Nothing is stored between calls except the counters of :attr:`DecodeQueue.stats`.
