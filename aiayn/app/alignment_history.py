@@ -36,9 +36,9 @@ def missing_notice(checkpoint: Path) -> str:
 
 def long_frame(reading: dict[str, Any], steps: list[int], offset: int = 0) -> pd.DataFrame:
     """One row per (step, readout): every head, every layer mean and the model mean of one reading; columns
-    ``step`` (the run's optimizer step), ``lifetime_step`` (``offset + step``: :func:`~aiayn.app.history.lifetime_start`),
-    ``readout`` (``head``, ``layer_mean``, ``model_mean``), ``layer``, ``head`` (from 0; NaN where they do not apply),
-    ``aer``."""
+    ``step`` (the run's optimizer step), ``lifetime_step`` (``offset + step``:
+    :func:`~aiayn.app.history.lifetime_start`), ``readout`` (``head``, ``layer_mean``, ``model_mean``), ``layer``,
+    ``head`` (from 0; empty where they do not apply), ``aer``."""
     heads = np.asarray(reading["head_aer"], dtype=float)  # (N, L, H)
     rows = []
     for n, step in enumerate(steps):
@@ -71,8 +71,9 @@ def across_training(ctx: Any, reading_key: str) -> None:
                                key="astate", bind="query-params") if len(labels) > 1 else labels[0])
     j = labels.index(picked) if picked in labels else len(labels) - 1
     b, bl = r["final_best_head"], r["final_best_layer"]
-    series = {"model mean": r["model_mean_aer"], f"layer {bl['layer'] + 1} mean (best layer mean at the end)": bl["aer"],
-              f"layer {b['layer'] + 1} head {b['head'] + 1} (best head at the end)": b["aer"]}
+    series = {"model mean": r["model_mean_aer"],
+              f"layer {bl['layer'] + 1} mean (best layer mean at the end)": bl["aer"],
+              f"layer {b['layer'] + 1} head {b['head'] + 1} (best head at the end, framed)": b["aer"]}
     left, right = chart_columns([3, 2])
     with left:
         show_figure(aer_across_training(steps, series, current=steps[j], offset=offset, template=ctx.template,
@@ -80,7 +81,7 @@ def across_training(ctx: Any, reading_key: str) -> None:
                     key="aer_history", filename=f"aer_history_{ctx.direction}_{reading_key}")
     with right:
         show_figure(head_grid(np.asarray(r["head_aer"], dtype=float)[j], value_name="AER", zmin=0, zmax=1,
-                              title=f"AER per head at step {labels[j]} (framed: best at the end)", colorscale=ctx.colorscale + "_r",
+                              title=f"AER per head at step {labels[j]}", colorscale=ctx.colorscale + "_r",
                               template=ctx.template, best=(b["layer"], b["head"])),
                     key="aer_history_grid", filename=f"aer_history_grid_{ctx.direction}_{labels[j]}")
     sentences = " · ".join(s["source"] for s in payload["sentences"])
