@@ -265,7 +265,8 @@ def test_docs_and_readme_quote_the_shipped_numbers():
             assert f"{series[0]:.3f} -> {series[-1]:.3f}" in docs, ckpt.name
         head = f"layer {b['layer'] + 1} head {b['head'] + 1}"
         assert f"{head}: {b['aer'][0]:.3f} -> {b['aer'][-1]:.3f}" in docs, ckpt.name
-        quoted = (f"{head} from {b['aer'][0]:.3f}", f"{head}, read with the shift by one, goes from an AER of {b['aer'][0]:.3f}")
+        quoted = (f"{head} from {b['aer'][0]:.3f}",
+                  f"{head}, read with the shift by one, goes from an AER of {b['aer'][0]:.3f}")
         assert any(q in readme for q in quoted), ckpt.name
 
 
