@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": ("benchmarks.__main__", "main", "speed and memory against torch.nn.Transformer"),
     "sweep": ("aiayn.sweep", "cli_main", "head-ablation sweep of a checkpoint into its head_sweep.json (Michel et al. 2019)"),
     "import-marian": ("aiayn.import_marian", "cli_main", "convert a Marian (Opus-MT) model into a checkpoint directory (needs transformers once)"),
-    "align": ("aiayn.alignment_eval", "cli_main", "alignment error rate of every cross-attention head on the gold German-English set into alignment.json"),
+    "align": ("aiayn.alignment_eval", "cli_main", "alignment error rate of every cross-attention head on the gold German-English set into alignment.json (and at every recorded training state into alignment_history.json)"),
     "attribution": ("aiayn.attribution_eval", "cli_main", "rank agreement of gradient attribution with every head, head mean, rollout and norm-based attention over the gold set into attribution.json"),
 }
 
