@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from collections.abc import Hashable
+from typing import Any, Callable
 
 #: the states of a :class:`Job`
 RUNNING, DONE, CANCELLED, FAILED = "running", "done", "cancelled", "failed"
