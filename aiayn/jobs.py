@@ -10,8 +10,8 @@ first); this module only runs, reports and stops it. Importing it imports neithe
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any, Callable
 
 #: the states of a :class:`Job`
