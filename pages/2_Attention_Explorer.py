@@ -54,7 +54,9 @@ DEFAULT_TEXT, DEFAULT_REF = examples[0][0], examples[0][1]
 
 
 def _from_url() -> dict:
-    text = st.query_params.get("text", DEFAULT_TEXT)
+    # ?sentence= is ?text= for links from a page whose own `text` is a bound widget (Figure 1): on a page change
+    # Streamlit drops the parameters bound on the page left, so such a link cannot name `text`
+    text = st.query_params.get("text", st.query_params.get("sentence", DEFAULT_TEXT))
     return {"ex_text": text, "ex_ref": st.query_params.get("ref", by_sentence.get(text, ("", ""))[0]),
             "ex_prefix": st.query_params.get("prefix", "")}
 
@@ -65,7 +67,7 @@ def _for_direction(old: str) -> dict | None:  # the other language's example; a 
     return values | ({"ex_prefix": ""} if st.session_state.get("ex_prefix") else {}) or None
 
 
-if seed_form(PAGE, ("text", "ref", "prefix"), ctx.direction, from_url=_from_url, for_direction=_for_direction) is None:
+if seed_form(PAGE, ("text", "ref", "prefix", "sentence"), ctx.direction, from_url=_from_url, for_direction=_for_direction) is None:
     reference_follows("ex_text", "ex_ref", lambda t: by_sentence.get(t, ("", ""))[0])
 
 
@@ -107,15 +109,14 @@ with top_left:
         p_box, p_go = st.columns([8, 3.4] if ctx.presenter else [9, 2.6], vertical_alignment="bottom")
         prefix_raw = p_box.text_input(f"Forced start of the output ({ctx.tgt_lang.upper()}, optional)", key="ex_prefix",
                                       persist_state="session", help=PREFIX_HELP,
-                                      placeholder="Empty: the model's own output. Words here: the output must start "
-                                                  "with them, beam search decodes the rest")
+                                      placeholder="Empty: the model's own output")
         if (prefix_raw or "").strip():
-            p_go.form_submit_button("Remove forced start", icon=":material/close:", width="stretch",
-                                    on_click=_remove_prefix)
+            p_go.form_submit_button("Remove", icon=":material/close:", width="stretch", on_click=_remove_prefix,
+                                    help="Remove the forced start: show the model's own output")
 
 write_view(PAGE, {"text": None if text == DEFAULT_TEXT else text or "",
                      "ref": ref if mode == "forced" and ref != by_sentence.get(text, ("", ""))[0] else None,
-                     "prefix": (prefix_raw or "").strip() or None})
+                     "prefix": (prefix_raw or "").strip() or None, "sentence": None})
 remember_form("ex_text", text, ref)
 
 cleaned = ui.sentence_or_stop(text)

@@ -106,7 +106,7 @@ def test_removing_the_prefix_shows_the_models_own_output(checkpoints, forced):
     tr = forced[0]
     own = tr.translate(SENT)
     at = open_page(PAGE, {"text": SENT, "prefix": PREFIX})
-    [remove] = [b for b in at.button if b.label == "Remove forced start"]
+    [remove] = [b for b in at.button if b.label == "Remove"]
     remove.click().run()
     assert not at.exception
     assert at.text_input(key="ex_prefix").value == "" and "prefix" not in at.query_params
@@ -142,5 +142,19 @@ def test_figure1_links_a_forced_node_to_the_explorer(checkpoints, tiny_translato
     [link] = [pl for pl in at.get("page_link") if pl.proto.label.startswith("See every head's attention")]
     query = parse_qs(link.proto.query_string)
     ids = [i for i in tree.tokens(node) if i != tiny_translator.cfg.eos_id]
-    assert query == {"text": [SENT], "prefix": [tiny_translator.tokenizer.decode(ids)]}
+    # ?sentence=, not ?text=: Streamlit drops the parameters bound on the page left (Figure 1's own `text`)
+    assert query == {"sentence": [SENT], "prefix": [tiny_translator.tokenizer.decode(ids)]}
     assert link.proto.page.endswith("2_Attention_Explorer.py") or "Attention_Explorer" in link.proto.page
+
+
+def test_explorer_reads_sentence_as_its_text(checkpoints, forced):
+    tr, t, maps, _ = forced
+    at = open_page(PAGE, {"sentence": SENT, "prefix": PREFIX})
+    assert not at.exception
+    assert at.text_input(key="ex_text").value == SENT
+    assert "sentence" not in at.query_params  # SENT is the default sentence: left out of the URL
+    np.testing.assert_allclose(arr(charts(at)["head_view"]["data"][0]["z"]), maps.cross[-1, 0].mean(0).numpy(),
+                               atol=1e-5)
+    at = open_page(PAGE, {"sentence": "My dog sleeps."})
+    assert at.text_input(key="ex_text").value == "My dog sleeps."
+    assert at.query_params["text"] == "My dog sleeps." and "sentence" not in at.query_params  # rewritten as text

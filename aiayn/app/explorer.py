@@ -162,13 +162,15 @@ def explorer_prefix_link(tr: Any, text: str, prefix_ids: Any) -> dict[str, str]:
     """A link to the attention explorer showing ``text`` translated with its output forced to start with
     ``prefix_ids`` (e.g. a beam-tree node's pieces): every head's maps of that forced output. The prefix travels
     as text (``?prefix=``, the ids detokenised; a trailing ``</s>`` dropped) and the explorer re-tokenises it: when
-    that gives other pieces, a caption says which. Direction and model are bound to the URL: Streamlit carries
-    them. Returns the link's query parameters."""
+    that gives other pieces, a caption says which. The sentence travels as ``?sentence=`` (the explorer reads it as
+    its ``text``): a page whose own ``text`` is a bound widget cannot hand ``text`` on, since Streamlit drops the
+    parameters bound on the page being left. Direction and model are bound to the URL in the frame: Streamlit
+    carries them. Returns the link's query parameters."""
     from .frame import nav_query_params, page_link
 
     ids = [int(i) for i in prefix_ids if int(i) != tr.cfg.eos_id]
     prefix = tr.tokenizer.decode(ids)
-    params = nav_query_params(text=text, prefix=prefix or None)
+    params = nav_query_params(sentence=text, prefix=prefix or None)
     page_link(EXPLORER_PAGE, label="See every head's attention for this output in the Attention Explorer",
               icon=":material/search:", query_params=params)
     again = tr.tokenizer.encode(prefix) if prefix else []
