@@ -19,6 +19,7 @@ from aiayn.app.explorer import (
     ExplorerView,
     all_heads_tab,
     explain_forced,
+    forced_pieces,
     forced_prefix,
     head_stats_tab,
     one_head_tab,
@@ -221,7 +222,8 @@ def view(result) -> None:
     st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
                "columns count from 0).")
     ui.download_buttons(lambda: result.attention.to_dataframe(kinds=[kind]), lambda: result.attention.to_json(),
-                        f"attention_{kind}_{ctx.direction}", key="ex-dl")
+                        f"attention_{kind}_{ctx.direction}" + ("_forced_prefix" if forced_pieces(result) else ""),
+                        key="ex-dl")
 
 
 view(result)

@@ -90,6 +90,17 @@ def test_explorer_with_prefix_shows_the_forced_outputs_maps(checkpoints, forced,
     assert any("forced prefix:" in m.value and "the rest decoded by beam search" in m.value for m in at.markdown)
 
 
+def test_norm_based_cells_follow_the_forced_output(checkpoints, forced):
+    from aiayn import calls
+
+    tr, t, _, _ = forced
+    at = open_page(PAGE, {"text": SENT, "prefix": PREFIX, "measure": "norm-based", "kind": "decoder",
+                          "layer": "2", "head": "1"})
+    assert not at.exception
+    want = calls.norm_based_maps(tr.model, calls.batch(tr.cfg, [t.src_ids]), calls.batch(tr.cfg, [t.output_ids]))
+    np.testing.assert_allclose(arr(charts(at)["head_view"]["data"][0]["z"]), want["decoder"][1, 0, 0], atol=1e-4)
+
+
 def test_step_tab_says_which_steps_were_forced(checkpoints, forced):
     tr, t, maps, _ = forced
     n = len(tr.tokenizer.encode(PREFIX))

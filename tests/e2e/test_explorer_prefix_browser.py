@@ -4,7 +4,10 @@ carries the sentence, the prefix and the direction, the box shows the prefix, th
 its pieces, and the Remove button brings back the model's own output."""
 from __future__ import annotations
 
+import json
 import os
+import re
+from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse
 
 from e2e_harness import SCREENSHOTS, page_url, wait_ready
@@ -58,6 +61,11 @@ def test_forced_node_opens_the_explorer_on_the_forced_output(server, page, e2e_c
     want = [f"{i}:{tr.tokenizer.id_to_piece(a)}→{p}" for i, (a, p) in enumerate(zip(fed, pieces))]
     assert [label.replace("&lt;", "<").replace("&gt;", ">") for label in y[: len(pieces)]] == want
     _save(pg, "2_explorer_forced_prefix")
+    with pg.expect_download() as dl:  # the downloaded maps are the forced output's, and say so
+        pg.get_by_role("button", name=re.compile("JSON")).last.click()
+    got = json.loads(Path(dl.value.path()).read_text())
+    assert dl.value.suggested_filename.endswith("_forced_prefix.json"), dl.value.suggested_filename
+    assert got["meta"]["prefix"] == pieces and got["output_tokens"][0][: len(pieces)] == pieces
     assert not pg.console_errors()
 
     pg.goto(pg.url + "&presenter=true")  # presenter mode: large type, the same forced output
