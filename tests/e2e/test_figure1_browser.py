@@ -54,3 +54,23 @@ def test_lesson_architecture_and_tree_clicks(server, page):
     assert isinstance(node, int)
     pg.get_by_text("Forced:").wait_for()
     assert not pg.console_errors()
+
+
+def test_lens_and_decodings_drawn_when_their_sections_open(server, page):
+    """The first draw leaves the logit lens and the greedy / sampled decodes closed; opening a section (a lazy
+    expander in a fragment) draws it and puts it in the URL."""
+    pg = page
+    pg.set_viewport_size({"width": 1366, "height": 768})
+    pg.goto(page_url(server, PAGE, "text=I%20have%20no%20time."))
+    wait_ready(pg)
+    titles = "() => [...document.querySelectorAll('.gtitle')].map(e => e.textContent)"
+    assert not any(t.startswith("Logit lens") for t in pg.evaluate(titles))
+    pg.get_by_text("What each decoder layer would already predict", exact=True).click()
+    pg.wait_for_function("() => location.search.includes('open_lens=true')")
+    pg.wait_for_function(f"() => ({titles})().some(t => t.startsWith('Logit lens'))")
+    pg.get_by_text("Decode greedily and by sampling, beside the beam", exact=True).click()
+    pg.wait_for_function("() => location.search.includes('open_decodings=true')")
+    pg.get_by_role("cell", name="sampled", exact=True).wait_for()
+    wait_ready(pg)
+    assert pg.get_by_role("cell", name="greedy", exact=True).count() == 1
+    assert not pg.console_errors()
