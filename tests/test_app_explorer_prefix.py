@@ -169,3 +169,29 @@ def test_explorer_reads_sentence_as_its_text(checkpoints, forced):
     at = open_page(PAGE, {"sentence": "My dog sleeps."})
     assert at.text_input(key="ex_text").value == "My dog sleeps."
     assert at.query_params["text"] == "My dog sleeps." and "sentence" not in at.query_params  # rewritten as text
+
+
+def _link_script(checkpoint: str, pieces: list) -> None:
+    import streamlit as st
+
+    from aiayn import Translator
+    from aiayn.app.explorer import explorer_prefix_link
+
+    tr = Translator.load(checkpoint, device="cpu")
+    st.session_state["params"] = explorer_prefix_link(tr, "I have no time.", [tr.tokenizer.piece_to_id(p) for p in pieces])
+
+
+def test_link_says_when_the_explorer_will_split_the_prefix_otherwise(tiny_checkpoints, tiny_translator):
+    from streamlit.testing.v1 import AppTest
+
+    tok = tiny_translator.tokenizer
+    canonical = tiny_translator.pieces(tok.encode("keine"))
+    other = ["▁", "k", "e", "i", "n", "e"]  # the same text, other pieces (a beam may write those)
+    assert other != canonical and tok.unk_id not in [tok.piece_to_id(p) for p in other]
+    for pieces, note in ((canonical, False), (other, True)):
+        at = AppTest.from_function(_link_script, args=(str(tiny_checkpoints / "en-de"), pieces),
+                                   default_timeout=60).run()
+        assert not at.exception, at.exception
+        assert at.session_state["params"] == {"sentence": "I have no time.", "prefix": "keine"}
+        said = [c.value for c in at.caption if "splits into other pieces" in c.value]
+        assert bool(said) == note and (not note or " ".join(f"`{p}`" for p in canonical) in said[0])
