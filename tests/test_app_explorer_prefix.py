@@ -195,3 +195,13 @@ def test_link_says_when_the_explorer_will_split_the_prefix_otherwise(tiny_checkp
         assert at.session_state["params"] == {"sentence": "I have no time.", "prefix": "keine"}
         said = [c.value for c in at.caption if "splits into other pieces" in c.value]
         assert bool(said) == note and (not note or " ".join(f"`{p}`" for p in canonical) in said[0])
+
+
+def test_teacher_forced_mode_says_the_prefix_is_ignored(checkpoints, forced):
+    tr = forced[0]
+    ref, _ = tr.force(SENT, "Ich habe keine Zeit.")
+    at = open_page(PAGE, {"text": SENT, "prefix": PREFIX, "mode": "forced", "ref": "Ich habe keine Zeit."})
+    assert not at.exception and not at.error
+    assert any("ignored while a reference is fed" in i.value for i in at.info)
+    y = charts(at)["head_view"]["data"][0]["y"]
+    assert y == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(ref.decoder_input_tokens, ref.output_tokens))]
