@@ -301,6 +301,38 @@ def read_attribution(checkpoint: str | Path) -> dict[str, Any] | None:
     return payload if ok and payload.get("format_version") == ATTRIBUTION_VERSION else None
 
 
+_LABELS = {"heads": "head", "norm_heads": "norm-based head", "head_mean": "head mean",
+           "norm_head_mean": "norm-based head mean", "rollout": "rollout (all layers)"}
+
+
+def corpus_rows(result: dict[str, Any], *, per_head: bool = True) -> list[dict[str, Any]]:
+    """One method's result of ``attribution.json`` (``methods.<method>``) in long form: one row per reading and
+    layer (and head), ``layer`` / ``head`` counted from 0 (None where the reading has none), Spearman's and
+    Kendall's mean and standard deviation over sentences and the number of sentences. Without ``per_head`` only
+    the layer means and the rollout (the table the page shows)."""
+    rows = []
+    for name, r in result["readings"].items():
+        if name.endswith("heads") and not per_head:
+            continue
+        mean_s, std_s = np.array(r["spearman"]["mean"], dtype=np.float64), np.array(r["spearman"]["std"], dtype=np.float64)
+        mean_k, std_k = np.array(r["kendall"]["mean"], dtype=np.float64), np.array(r["kendall"]["std"], dtype=np.float64)
+        n = np.array(r["spearman"]["sentences"])
+        for idx in np.ndindex(mean_s.shape):
+            rows.append({"reading": name, "layer": int(idx[0]) if idx else None,
+                         "head": int(idx[1]) if len(idx) > 1 else None,
+                         "spearman_mean": _jsonable(mean_s[idx]), "spearman_std": _jsonable(std_s[idx]),
+                         "kendall_mean": _jsonable(mean_k[idx]), "kendall_std": _jsonable(std_k[idx]),
+                         "sentences": int(n[idx])})
+    return rows
+
+
+def corpus_table(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The page's table of :func:`corpus_rows` without the single heads, readings named for people (layers from 1)."""
+    return [{"attention": _LABELS[r["reading"]] + ("" if r["layer"] is None else f", layer {r['layer'] + 1}"),
+             "Spearman": r["spearman_mean"], "Spearman sd": r["spearman_std"], "Kendall": r["kendall_mean"],
+             "Kendall sd": r["kendall_std"], "sentences": r["sentences"]} for r in corpus_rows(result, per_head=False)]
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse with a one-line error (its default prints the whole usage first)."""
 

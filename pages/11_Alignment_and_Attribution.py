@@ -17,7 +17,7 @@ from aiayn.analysis import alignment as al
 from aiayn.app.alignment_history import across_training
 from aiayn.app.charts import show_figure
 from aiayn.app.downloads import download_buttons
-from aiayn.attribution_eval import gold_sentence
+from aiayn.attribution_eval import corpus_rows, corpus_table, gold_sentence, read_attribution
 from aiayn.calls import ATTRIBUTION_METHODS
 from aiayn.figures.alignment import attribution_beside, gold_alignment, head_grid
 
@@ -101,10 +101,31 @@ st.caption(f"Source share of each prediction (|attribution| to the source agains
            f"{np.nanmean(one['share']):.2f}.{gap}")
 agree = one["agreement"]["norm_heads" if measure == "norms" else "heads"]
 rho = np.nanmean(agree[..., 0], axis=-1)
-show_figure(head_grid(rho, title="Spearman's rho of |attribution| with each head's row (mean over target pieces)",
-                          colorscale="RdBu", zmin=-1, zmax=1, value_name="rho", template=ctx.template,
-                          best=(layer - 1, head - 1)), key="agree_grid")
-rows = [{"reading": k, "spearman": float(np.nanmean(v[..., 0])), "kendall": float(np.nanmean(v[..., 1]))}
-        for k, v in one["agreement"].items()]
-download_buttons(pd.DataFrame(rows), json.dumps({"sentence": sent, "method": method, "agreement": rows}),
-                 f"agreement_{ctx.direction}_{sent}_{method}", key="agreement")
+corpus = read_attribution(ctx.checkpoint)
+corpus = (corpus or {}).get("methods", {}).get(method)
+g1, g2 = st.columns(2)
+with g1:
+    show_figure(head_grid(rho, title=f"Spearman's rho per head, sentence {sent} (mean over target pieces)",
+                              colorscale="RdBu", zmin=-1, zmax=1, value_name="rho", template=ctx.template,
+                              best=(layer - 1, head - 1)), key="agree_grid")
+    rows = [{"reading": k, "spearman": float(np.nanmean(v[..., 0])), "kendall": float(np.nanmean(v[..., 1]))}
+            for k, v in one["agreement"].items()]
+    download_buttons(pd.DataFrame(rows), json.dumps({"sentence": sent, "method": method, "agreement": rows}),
+                     f"agreement_{ctx.direction}_{sent}_{method}", key="agreement")
+with g2:
+    if corpus is None:
+        st.info(f"No gold-set agreement for {method} beside this checkpoint: run `aiayn attribution "
+                f"{ctx.checkpoint} --method {method} --sentences 40`.")
+    else:
+        cr = corpus["readings"]["norm_heads" if measure == "norms" else "heads"]["spearman"]
+        show_figure(head_grid(np.array(cr["mean"], dtype=float), title=f"Spearman's rho per head, {corpus['pairs']} "
+                              f"gold pairs (mean over sentences)", colorscale="RdBu", zmin=-1, zmax=1,
+                              value_name="rho", template=ctx.template, best=(layer - 1, head - 1)), key="agree_corpus")
+        download_buttons(pd.DataFrame(corpus_rows(corpus)), json.dumps(corpus),
+                         f"agreement_gold_{ctx.direction}_{method}", key="agreement_gold")
+if corpus is not None:
+    st.dataframe(pd.DataFrame(corpus_table(corpus)), hide_index=True, width="stretch")
+    sh = corpus["share"]
+    st.caption(f"Gold set ({corpus['pairs']} of {corpus['sentences']['of']} pairs, `aiayn attribution`): mean "
+               f"over sentences of each sentence's mean over target pieces, ± its standard deviation. Source share "
+               f"{sh['source_mean']:.2f} ± {sh['source_std']:.2f} per step, target prefix {sh['prefix_mean']:.2f}.")
