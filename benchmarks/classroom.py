@@ -34,6 +34,13 @@ sentence) loads the model before the first level.
 Rows: ``classroom.cpu.n<N>.<page>.p50`` / ``.p95`` (s, page ``translate``, ``explorer``, ``all``),
 ``classroom.cpu.n<N>.cpu_per_student`` (CPU-s), ``classroom.cpu.n<N>.peak_rss`` (MiB) and, with probes,
 ``classroom.cpu.n<N>.probe.<page>`` (s). The target reads ``classroom.cpu.n30.all.p95`` (<= 3 s).
+
+**The paper-size model.** The group then runs the same levels on a randomly initialised model of Opus-MT en-de's
+exact shape (74 M parameters, vocabulary 58,101), converted through ``aiayn import-marian`` into a temporary
+checkpoints folder beside the shipped models and served with ``?model=`` (:mod:`benchmarks.classroom_opus`; quick:
+a small model of the same kind). Its rows are ``classroom.cpu.opus_shape.n<N>....``, the same measurements, the
+parameter count in every note. ``AIAYN_BENCH_CLASSROOM=shipped`` or ``=opus_shape`` runs one class only (default
+both).
 """
 from __future__ import annotations
 
@@ -81,6 +88,8 @@ WARMUP = {"translate": "Good morning, everyone.", "explorer": "Thank you very mu
 BATCH_NOTE = re.compile(r"a batch of (\d+) sentences")
 #: the server's settings that change its capacity (aiayn.app.models), recorded with the results
 SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS")
+#: the group's two classes (:func:`parts`) and the variable that picks them
+PARTS, PARTS_ENV = ("shipped", "opus_shape"), "AIAYN_BENCH_CLASSROOM"
 
 
 # -- one student over the WebSocket ---------------------------------------------------------------------------
@@ -124,10 +133,11 @@ def _heatmaps(spec: str) -> list[np.ndarray]:
     return out
 
 
-async def student(port: int, page: str, text: str, timeout: float) -> dict[str, Any]:
-    """Open ``page`` (``"translate"`` or ``"explorer"``) with ``?text=`` over the WebSocket, as a browser's first
-    visit does; returns ``seconds`` (to the ``script_finished`` of the run holding text and a heatmap), the texts
-    (headings and markdown bodies) and heatmaps of that run, or ``error``."""
+async def student(port: int, page: str, text: str, timeout: float, query: dict[str, str] | None = None) -> dict[str, Any]:
+    """Open ``page`` (``"translate"`` or ``"explorer"``) with ``?text=`` (and ``query``'s other URL parameters, such
+    as ``model``) over the WebSocket, as a browser's first visit does; returns ``seconds`` (to the
+    ``script_finished`` of the run holding text and a heatmap), the texts (headings and markdown bodies) and
+    heatmaps of that run, or ``error``."""
     import websockets
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -139,7 +149,7 @@ async def student(port: int, page: str, text: str, timeout: float) -> dict[str, 
         async with websockets.connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"],
                                       origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=timeout) as ws:
             msg = BackMsg()
-            msg.rerun_script.query_string = urllib.parse.urlencode({"text": text})
+            msg.rerun_script.query_string = urllib.parse.urlencode({"text": text, **(query or {})})
             msg.rerun_script.page_name = PAGES[page]
             msg.rerun_script.page_script_hash = ""
             await ws.send(msg.SerializeToString())
@@ -203,7 +213,7 @@ def check(res: dict[str, Any], ref: dict[str, Any]) -> str | None:
 
 def lone_references(checkpoint: Path, sentences: list[str]) -> dict[str, dict[str, Any]]:
     """What a lone student gets for each sentence, computed here without Streamlit: ``text`` and the candidate
-    heatmaps (each layer's cross-attention, per head and head mean, ``(T, S)``)."""
+    heatmaps (each layer's cross-attention, per head and head mean, ``(T, S)``) and ``pieces`` (output length)."""
     from aiayn import Translator
 
     tr = Translator.load(checkpoint, device="cpu")
@@ -212,7 +222,7 @@ def lone_references(checkpoint: Path, sentences: list[str]) -> dict[str, dict[st
         t = tr.translate(s, beam_size=4, length_penalty=0.6, n_best=4)
         cross = t.attention.cross.float().numpy()[:, 0]  # (L, H, T, S)
         cands = [c for layer in cross for c in (*layer, layer.mean(axis=0))]
-        out[s] = {"text": t.text, "maps": [np.asarray(c, dtype=float) for c in cands]}
+        out[s] = {"text": t.text, "maps": [np.asarray(c, dtype=float) for c in cands], "pieces": len(t.output_ids)}
     return out
 
 
@@ -231,11 +241,14 @@ def proc_peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM in /proc/PID/status")
 
 
-def start_server(port: int, extra_args: list[str] | None = None, timeout: float = 90.0) -> subprocess.Popen:
-    """``python -m streamlit run app.py`` on 127.0.0.1:``port`` (the repository's config applies), once healthy."""
+def start_server(port: int, extra_args: list[str] | None = None, timeout: float = 90.0,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -m streamlit run app.py`` on 127.0.0.1:``port`` (the repository's config applies; ``env``: variables
+    set on top of this process's, such as ``AIAYN_CHECKPOINTS``), once healthy."""
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true", f"--server.port={port}",
            "--server.address=127.0.0.1", "--browser.gatherUsageStats=false", *(extra_args or [])]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, **env) if env else None)
     try:
         _wait_health(f"http://127.0.0.1:{port}", proc, timeout)
     except BaseException:
@@ -266,8 +279,8 @@ class Probes:
     navigation to the translation text and a painted heatmap. The browser's JavaScript is cached by a first
     visit to the app's home page before any timing."""
 
-    def __init__(self, chromium: str, port: int, timeout: float) -> None:
-        self.chromium, self.port, self.timeout = chromium, port, timeout
+    def __init__(self, chromium: str, port: int, timeout: float, query: dict[str, str] | None = None) -> None:
+        self.chromium, self.port, self.timeout, self.query = chromium, port, timeout, query or {}
 
     def run(self, jobs: list[tuple[str, str, str]], ready: threading.Event, start: threading.Event,
             out: list[dict[str, Any]]) -> None:
@@ -290,7 +303,7 @@ class Probes:
                     start.wait(self.timeout)
                     for tab, (page, sentence, want) in zip(tabs, jobs):  # one after another: the tabs share a thread
                         t0 = time.perf_counter()
-                        tab.goto(f"http://127.0.0.1:{self.port}/{PAGES[page]}?" + urllib.parse.urlencode({"text": sentence}),
+                        tab.goto(f"http://127.0.0.1:{self.port}/{PAGES[page]}?" + urllib.parse.urlencode({"text": sentence, **self.query}),
                                  timeout=self.timeout * 1000)
                         tab.wait_for_function(_SHOWN, arg=[want], timeout=self.timeout * 1000)
                         tab.evaluate(_PAINTED)
@@ -303,14 +316,17 @@ class Probes:
 
 
 # -- one level and the group ---------------------------------------------------------------------------------------
-async def _level(port: int, jobs: list[tuple[str, str]], timeout: float) -> list[dict[str, Any]]:
-    return list(await asyncio.gather(*(student(port, page, text, timeout) for page, text in jobs)))
+async def _level(port: int, jobs: list[tuple[str, str]], timeout: float,
+                 query: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    return list(await asyncio.gather(*(student(port, page, text, timeout, query) for page, text in jobs)))
 
 
 def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | None, quick: bool,
-               extra_server_args: list[str] | None = None, log=print) -> dict[str, Any]:
-    """Start one server, warm it, run each level (N students at once, half Translate and half explorer, probes
-    among them when ``chromium``), stop the server; returns per-level results (see the module docstring)."""
+               extra_server_args: list[str] | None = None, server_env: dict[str, str] | None = None,
+               query: dict[str, str] | None = None, log=print) -> dict[str, Any]:
+    """Start one server (``server_env`` on top of this process's environment), warm it, run each level (N students
+    at once, half Translate and half explorer, probes among them when ``chromium``; every URL also carries
+    ``query``, such as ``{"model": name}``), stop the server; returns per-level results (see the module docstring)."""
     timeout = 60.0 if quick else 90.0
     group_deadline = time.monotonic() + (240.0 if quick else 900.0)
     need = sum(levels)
@@ -319,7 +335,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
     sentences = list(SENTENCES[:need])
     refs = lone_references(checkpoint, sentences + list(WARMUP.values()))
     port = free_port()
-    proc = start_server(port, extra_server_args)
+    proc = start_server(port, extra_server_args, env=server_env)
     out: dict[str, Any] = {"port": port, "pid": proc.pid, "levels": []}
     try:
         # One page after the other, as the teacher does before the class: the levels then meet a warm server.
@@ -327,7 +343,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
         # tests/test_cold_server.py.)
         out["warmup"] = []
         for page, text in WARMUP.items():
-            w = _run_async(_level(port, [(page, text)], timeout * 2))[0]  # loads torch and the model
+            w = _run_async(_level(port, [(page, text)], timeout * 2, query))[0]  # loads torch and the model
             out["warmup"].append({"page": page, "seconds": w.get("seconds"), "error": check(w, refs[text])})
         used = 0
         for n in levels:
@@ -344,14 +360,14 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
             ready, start = threading.Event(), threading.Event()
             thread = None
             if n_probes:
-                thread = threading.Thread(target=Probes(chromium, port, timeout).run,
+                thread = threading.Thread(target=Probes(chromium, port, timeout, query).run,
                                           args=(probe_jobs, ready, start, probe_out), daemon=True)
                 thread.start()
                 ready.wait(timeout)
                 time.sleep(1.0)  # let the warm-up page's rerun finish on the server
             cpu0, t0 = proc_cpu_s(proc.pid), time.perf_counter()
             start.set()
-            results = _run_async(_level(port, ws_jobs, timeout))
+            results = _run_async(_level(port, ws_jobs, timeout, query))
             if thread is not None:
                 thread.join(timeout)
             wall = time.perf_counter() - t0
@@ -361,6 +377,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
                 r.pop("heatmaps", None)
                 r.pop("texts", None)
             level = {"n": n, "wall_s": wall, "server_cpu_s": cpu, "cpu_per_student_s": cpu / n,
+                     "output_pieces": [refs[s]["pieces"] for s in mine],
                      "peak_rss_mib": proc_peak_rss_mib(proc.pid), "students": results, "probes": probe_out}
             bad = [r for r in results if r["wrong"]]
             log(f"[classroom] N={n}: {n - len(bad) - n_probes}/{n - n_probes} protocol students right, wall {wall:.1f} s, "
@@ -371,8 +388,41 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
     return out
 
 
+def parts() -> tuple[str, ...]:
+    """Which classes the group runs: ``$AIAYN_BENCH_CLASSROOM`` (comma-separated ``shipped``, ``opus_shape``),
+    default both.
+
+    Raises:
+        ValueError: an unknown part."""
+    text = os.environ.get(PARTS_ENV, "").strip()
+    chosen = tuple(p.strip() for p in text.split(",") if p.strip()) if text else PARTS
+    bad = [p for p in chosen if p not in PARTS]
+    if bad or not chosen:
+        raise ValueError(f"${PARTS_ENV}={text!r}: choose from {','.join(PARTS)}")
+    return chosen
+
+
 def run(ctx) -> list:
-    """The ``classroom`` group (see the module docstring)."""
+    """The ``classroom`` group (see the module docstring): the shipped model's class, then the Opus-shape one's
+    (:mod:`benchmarks.classroom_opus`), as :func:`parts` chooses."""
+    chosen = parts()
+    chromium = None
+    if not ctx.quick:
+        chromium = find_chromium(getattr(ctx, "chromium", None))
+        try:
+            import playwright  # noqa: F401
+        except ImportError:
+            chromium = None
+    rows = run_shipped(ctx, chromium) if "shipped" in chosen else []
+    if "opus_shape" in chosen:
+        from .classroom_opus import run_opus_shape
+
+        rows += run_opus_shape(ctx, chromium)
+    return rows
+
+
+def run_shipped(ctx, chromium: str | None) -> list:
+    """The class on the shipped ``en-de`` checkpoint (or ``$AIAYN_CHECKPOINTS/en-de``)."""
     from .report import na
 
     levels = QUICK_LEVELS if ctx.quick else LEVELS
@@ -388,13 +438,6 @@ def run(ctx) -> list:
     checkpoint = Path(env_ck) / "en-de" if env_ck else REPO / "checkpoints" / "en-de"
     if not (checkpoint / "model.safetensors").is_file():
         return [na(top, "classroom", "cpu", name, "s", f"no checkpoint at {checkpoint}")]
-    chromium = None
-    if not ctx.quick:
-        chromium = find_chromium(getattr(ctx, "chromium", None))
-        try:
-            import playwright  # noqa: F401
-        except ImportError:
-            chromium = None
     ctx.log(f"[classroom] levels {levels}, one server, checkpoint {checkpoint}, probes: {chromium or 'none'}")
     try:
         res = run_levels(levels=levels, checkpoint=checkpoint, chromium=chromium, quick=ctx.quick, log=ctx.log)
@@ -410,14 +453,14 @@ def run(ctx) -> list:
     return rows
 
 
-def rows_of(res: dict[str, Any]) -> list:
-    """Rows of :func:`run_levels`' result (ids in the module docstring)."""
+def rows_of(res: dict[str, Any], prefix: str = "classroom.cpu") -> list:
+    """Rows of :func:`run_levels`' result (ids in the module docstring, under ``prefix``)."""
     from .report import Row, na
 
     rows: list = []
     for lv in res["levels"]:
         n = lv["n"]
-        base = f"classroom.cpu.n{n}"
+        base = f"{prefix}.n{n}"
         if "skipped" in lv:
             rows.append(na(f"{base}.all.p95", "classroom", "cpu", f"classroom {n} students, p95", "s", lv["skipped"]))
             continue
@@ -436,7 +479,8 @@ def rows_of(res: dict[str, Any]) -> list:
             wrong = [s for s in mine if s["wrong"]]
             note = f"{len(ok)}/{len(mine)} protocol students answered and right"
             detail = {"samples_s": ok, "wrong": [s["wrong"] for s in wrong][:5], "students": len(mine),
-                      "explorer_batches": sorted(s.get("batch", 1) for s in mine if s["page"] == "explorer")}
+                      "explorer_batches": sorted(s.get("batch", 1) for s in mine if s["page"] == "explorer"),
+                      "output_pieces": lv.get("output_pieces")}
             if wrong:
                 detail["target_caveat"] = f"{len(wrong)} of {len(mine)} wrong or unanswered"
             rows.append(Row(f"{base}.{page}.p50", "classroom", "cpu", f"classroom {n} students, {label}, p50", st.median, "s", note, detail))
