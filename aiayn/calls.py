@@ -95,19 +95,30 @@ def encode_source(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encode
     return Encoded(ids, truncated, cleaned)
 
 
+def encode_target(tokenizer: Any, text: str) -> list[int]:
+    """Ids of target-language text without ``</s>``: ``tokenizer.encode_target`` where the tokenizer cuts each
+    language with its own model (Marian's ``target.spm``), else ``tokenizer.encode`` (a joint vocabulary,
+    Section 5.1, cuts both sides alike)."""
+    encode = getattr(tokenizer, "encode_target", None) or tokenizer.encode
+    return [int(i) for i in encode(text)]
+
+
 def encode_reference(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encoded:
-    """A reference translation as the decoder predicts it (teacher forcing): the same rule as
-    :func:`encode_source` (the decoder is fed :func:`decoder_input_ids` of these ids).
+    """A reference translation as the decoder predicts it (teacher forcing): cleaned, cut by the target side's
+    model (:func:`encode_target`), cut to ``max_len`` with ``</s>`` as :func:`encode_source` does (the decoder is
+    fed :func:`decoder_input_ids` of these ids).
 
     Raises:
         ValueError: ``text`` is not a string or is empty / whitespace-only.
     """
-    return encode_source(tokenizer, cfg, text)
+    cleaned = clean_text(text)
+    ids, truncated = cut(encode_target(tokenizer, cleaned), cfg.max_len, cfg.eos_id)
+    return Encoded(ids, truncated, cleaned)
 
 
 def encode_prefix(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encoded:
     """A forced start of the output (prefix-constrained decoding, the ``prefix`` of
-    :meth:`aiayn.Translator.translate`) as the ids the decoder is made to emit: the cleaned text's SentencePiece ids,
+    :meth:`aiayn.Translator.translate`) as the ids the decoder is made to emit: the cleaned text's target-side ids (:func:`encode_target`),
     no ``</s>`` (the same ids :meth:`~aiayn.Translator.prefix_ids` gives the cleaned text). ``truncated`` is False.
 
     Raises:
@@ -117,10 +128,10 @@ def encode_prefix(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encode
             minus the start piece).
     """
     cleaned = clean_text(text)
-    ids = [int(i) for i in tokenizer.encode(cleaned)]
+    ids = encode_target(tokenizer, cleaned)
     special = {getattr(tokenizer, "unk_id", None), cfg.eos_id, cfg.pad_id, cfg.decoder_start_id}
     if special.intersection(ids):
-        words = [w for w in cleaned.split() if special.intersection(int(i) for i in tokenizer.encode(w))]
+        words = [w for w in cleaned.split() if special.intersection(encode_target(tokenizer, w))]
         raise ValueError(f"the vocabulary has no ordinary piece for {', '.join(repr(w) for w in words) or repr(cleaned)}"
                          " (an unknown character or a special piece such as </s>)")
     if len(ids) > cfg.max_len - 1:

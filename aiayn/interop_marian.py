@@ -218,14 +218,14 @@ def from_marian(model: Any, tokenizer: Any = None) -> tuple[Transformer, "Marian
 class MarianTokenizerAdapter:
     """A ``MarianTokenizer`` seen through the interface of :class:`aiayn.tokenizer.Tokenizer` that
     :class:`aiayn.Translator` and the analysis use: ``vocab_size``, ``pad_id`` / ``unk_id`` / ``bos_id`` /
-    ``eos_id``, ``encode`` (ids without special tokens), ``encode_batch``, ``encode_pieces``, ``decode``,
+    ``eos_id``, ``encode`` (ids without special tokens), ``encode_target``, ``encode_batch``, ``encode_pieces``, ``decode``,
     ``id_to_piece``, ``piece_to_id``.
 
     ``encode`` uses the tokenizer's source SentencePiece model (and its Moses punctuation normalisation when
     ``sacremoses`` is installed); ``decode`` is ``MarianTokenizer.decode(ids, skip_special_tokens=True)``.
     ``bos_id`` is the converted config's nominal ``bos_id`` (Marian has no ``<s>``; see :func:`from_marian`).
-    References given to ``Translator.force`` are segmented by ``encode`` too (the source model; Opus-MT's
-    vocabulary is joint, so the ids are valid).
+    References and forced prefixes are target-language text: :func:`aiayn.calls.encode_target` cuts them with
+    ``encode_target``, the tokenizer's target model (``MarianTokenizer(text_target=...)``).
 
     Raises:
         ValueError: the tokenizer's size or pad / eos ids differ from ``cfg``'s.
@@ -266,6 +266,13 @@ class MarianTokenizerAdapter:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` for each text."""
         return [self.encode(t) for t in texts]
+
+    def encode_target(self, text: str) -> list[int]:
+        """Piece ids of a target-language ``text`` (cut by the target SentencePiece model) without ``</s>``.
+        Raises TypeError for a non-string."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects str, got {type(text).__name__}")
+        return list(self._tok(text_target=text, add_special_tokens=False)["input_ids"])
 
     def encode_pieces(self, text: str) -> list[str]:
         """Piece strings of ``text`` (word starts marked with "▁")."""

@@ -124,10 +124,11 @@ class MarianSentencePiece:
         """The id of a piece string (``unk_id`` when unknown)."""
         return self._vocab.get(piece, self.unk_id)
 
-    def encode_pieces(self, text: str) -> list[str]:
+    def encode_pieces(self, text: str, *, target: bool = False) -> list[str]:
         """The pieces of ``text`` as Marian segments it, no ``</s>`` added: a leading ``>>xx<<`` code kept whole,
         ``</s>``, ``<unk>`` and ``<pad>`` typed in the text kept as those pieces (``MarianTokenizer`` splits on its
-        special tokens first), every other stretch cut by the source model."""
+        special tokens first), every other stretch cut by the source model (``target=True``: by the target model,
+        as ``MarianTokenizer(text_target=...)`` cuts a reference)."""
         if not isinstance(text, str):
             raise TypeError(f"encode expects str, got {type(text).__name__}")
         pieces: list[str] = []
@@ -137,12 +138,18 @@ class MarianSentencePiece:
             if chunk in self._specials:
                 pieces.append(chunk)
             elif chunk:
-                pieces += self._src.encode(chunk, out_type=str)
+                pieces += (self._tgt if target else self._src).encode(chunk, out_type=str)
         return pieces
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` without ``</s>`` (the caller adds it). Raises TypeError for a non-string."""
         return [self._vocab.get(p, self.unk_id) for p in self.encode_pieces(text)]
+
+    def encode_target(self, text: str) -> list[int]:
+        """Ids of a target-language ``text`` (a reference, a forced prefix) cut by the target model, without
+        ``</s>``: ``MarianTokenizer(text_target=text)["input_ids"]`` minus its ``</s>``. Raises TypeError for a
+        non-string."""
+        return [self._vocab.get(p, self.unk_id) for p in self.encode_pieces(text, target=True)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` for each text."""

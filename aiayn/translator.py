@@ -159,7 +159,7 @@ class Translator:
         if prefix is None:
             return []
         if isinstance(prefix, str):
-            return self.tokenizer.encode(prefix.strip()) if prefix.strip() else []
+            return calls.encode_target(self.tokenizer, prefix.strip()) if prefix.strip() else []
         try:
             ids = list(prefix)
         except TypeError:

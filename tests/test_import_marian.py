@@ -96,6 +96,29 @@ def test_tokenizer_without_transformers_matches_marian_tokenizer(imported, hf, f
         ours.id_to_piece(len(tok))
 
 
+def test_references_and_prefixes_are_cut_by_the_target_model(imported, hf, fixture_pairs):
+    """A reference (teacher forcing) and a forced prefix are target-language text: cut by ``target.spm`` as
+    ``MarianTokenizer(text_target=...)`` cuts them, not by the source model (the two differ on German text)."""
+    from aiayn import Translator, calls
+
+    _, tok = hf
+    tr = Translator.load(imported, device="cpu")
+    texts = [p.de for p in fixture_pairs[:60]]
+    differ = 0
+    for text in texts:
+        want = tok(text_target=text)["input_ids"]
+        assert len(want) <= tr.cfg.max_len and calls.encode_reference(tr.tokenizer, tr.cfg, text).ids == want, text
+        assert tr.prefix_ids(text) == want[:-1], text
+        differ += tok(text)["input_ids"] != want
+    assert differ > 0  # the source model cuts some of these German texts otherwise: the test can tell them apart
+    from aiayn.interop_marian import MarianTokenizerAdapter
+
+    adapter = MarianTokenizerAdapter(tok, tr.cfg)  # the transformers path agrees with the sentencepiece-only one
+    assert all(adapter.encode_target(t) == tr.tokenizer.encode_target(t) for t in texts)
+    forced = tr.translate(texts[0], prefix=texts[1], beam_size=1, max_len=40)
+    assert forced.output_ids[: len(tok(text_target=texts[1])["input_ids"]) - 1] == tok(text_target=texts[1])["input_ids"][:-1]
+
+
 _LOAD_BLOCKED = """
 import json, sys
 sys.modules["transformers"] = None  # import transformers now raises ImportError

@@ -173,7 +173,7 @@ def explorer_prefix_link(tr: Any, text: str, prefix_ids: Any) -> dict[str, str]:
     params = nav_query_params(sentence=text, prefix=prefix or None)
     page_link(EXPLORER_PAGE, label="See every head's attention for this output in the Attention Explorer",
               icon=":material/search:", query_params=params)
-    again = tr.tokenizer.encode(prefix) if prefix else []
+    again = tr.prefix_ids(prefix)
     if again != ids:
         st.caption("The explorer reads the forced start as text, which splits into other pieces: "
                    + " ".join(f"`{p}`" for p in tr.pieces(again)) + "; its output may differ from this one.")
