@@ -181,8 +181,10 @@ def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
             continue
         text = [f"{_text(n.piece)}<br>step {n.step} · log p {n.log_prob:.3f} (this step {n.step_log_prob:.3f})"
                 + (f"<br>score {n.score:.3f}" if n.score is not None else "") for n in ns]
-        fig.add_scatter(x=[pos[n.id][0] for n in ns], y=[pos[n.id][1] for n in ns], mode="markers+text", name=status,
-                        text=[_text(n.piece) if status != "pruned" else "" for n in ns], textposition="middle right",
+        labelled = status != "pruned"  # pruned nodes carry no label: no text elements for the browser to lay out
+        fig.add_scatter(x=[pos[n.id][0] for n in ns], y=[pos[n.id][1] for n in ns], name=status,
+                        mode="markers+text" if labelled else "markers",
+                        text=[_text(n.piece) for n in ns] if labelled else None, textposition="middle right",
                         hovertext=text, hoverinfo="text",
                         customdata=[n.id for n in ns],
                         marker=dict(size=[16 if n.id == tree.best else 10 for n in ns], color=colour,
