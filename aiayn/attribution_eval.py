@@ -242,9 +242,11 @@ def corpus_agreement(tr: "Translator", pairs: Sequence[al.GoldPair], direction: 
     pooled = at.mean_agreement(per)
     readings = {}
     for name in at.READINGS:
-        readings[name] = {stat: _spread([m[name][..., i] for m in means]) for i, stat in enumerate(("spearman", "kendall"))}
+        readings[name] = {stat: _spread([m[name][..., i] for m in means])
+                          for i, stat in enumerate(("spearman", "kendall"))}
         readings[name]["pooled"] = {"spearman": _jsonable(pooled[name]["spearman"]),
-                                    "kendall": _jsonable(pooled[name]["kendall"]), "rows": pooled[name]["rows"].tolist()}
+                                    "kendall": _jsonable(pooled[name]["kendall"]),
+                                    "rows": pooled[name]["rows"].tolist()}
     for name in ("heads", "norm_heads"):
         readings[name]["best_head"] = _best_head(readings[name]["spearman"]["mean"])
     ig = method == "integrated_gradients"
@@ -314,8 +316,8 @@ def corpus_rows(result: dict[str, Any], *, per_head: bool = True) -> list[dict[s
     for name, r in result["readings"].items():
         if name.endswith("heads") and not per_head:
             continue
-        mean_s, std_s = np.array(r["spearman"]["mean"], dtype=np.float64), np.array(r["spearman"]["std"], dtype=np.float64)
-        mean_k, std_k = np.array(r["kendall"]["mean"], dtype=np.float64), np.array(r["kendall"]["std"], dtype=np.float64)
+        mean_s, std_s, mean_k, std_k = (np.array(r[stat][k], dtype=np.float64)
+                                        for stat in ("spearman", "kendall") for k in ("mean", "std"))
         n = np.array(r["spearman"]["sentences"])
         for idx in np.ndindex(mean_s.shape):
             rows.append({"reading": name, "layer": int(idx[0]) if idx else None,
@@ -375,10 +377,12 @@ def _summary_lines(out: Path, payload: dict[str, Any], seconds: float) -> list[s
         lines.append(f"  Spearman with {name}, layers 1..{payload['layers']}: " +
                      " / ".join(_num(v) for v in read[name]["spearman"]["mean"]))
     roll = read["rollout"]
-    lines.append(f"  Spearman (Kendall) with the rollout: {_num(roll['spearman']['mean'])} ({_num(roll['kendall']['mean'])})")
+    lines.append(f"  Spearman (Kendall) with the rollout: {_num(roll['spearman']['mean'])} "
+                 f"({_num(roll['kendall']['mean'])})")
     best = read["heads"]["best_head"]
     if best:
-        lines.append(f"  best head: layer {best['layer'] + 1} head {best['head'] + 1} (Spearman {best['spearman']:.2f})")
+        lines.append(f"  best head: layer {best['layer'] + 1} head {best['head'] + 1} "
+                     f"(Spearman {best['spearman']:.2f})")
     if r["max_completeness_gap"] is not None:
         lines.append(f"  worst completeness gap {r['max_completeness_gap']:.2%} ({r['steps']} steps)")
     return lines

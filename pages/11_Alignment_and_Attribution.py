@@ -105,7 +105,7 @@ corpus = read_attribution(ctx.checkpoint)
 corpus = (corpus or {}).get("methods", {}).get(method)
 g1, g2 = st.columns(2)
 with g1:
-    show_figure(head_grid(rho, title=f"Spearman's rho per head, sentence {sent} (mean over target pieces)",
+    show_figure(head_grid(rho, title=f"Sentence {sent}: Spearman's rho per head",
                               colorscale="RdBu", zmin=-1, zmax=1, value_name="rho", template=ctx.template,
                               best=(layer - 1, head - 1)), key="agree_grid")
     rows = [{"reading": k, "spearman": float(np.nanmean(v[..., 0])), "kendall": float(np.nanmean(v[..., 1]))}
@@ -118,14 +118,18 @@ with g2:
                 f"{ctx.checkpoint} --method {method} --sentences 40`.")
     else:
         cr = corpus["readings"]["norm_heads" if measure == "norms" else "heads"]["spearman"]
-        show_figure(head_grid(np.array(cr["mean"], dtype=float), title=f"Spearman's rho per head, {corpus['pairs']} "
-                              f"gold pairs (mean over sentences)", colorscale="RdBu", zmin=-1, zmax=1,
-                              value_name="rho", template=ctx.template, best=(layer - 1, head - 1)), key="agree_corpus")
+        show_figure(head_grid(np.array(cr["mean"], dtype=float),
+                              title=f"{corpus['pairs']} gold pairs: mean rho per head", colorscale="RdBu", zmin=-1,
+                              zmax=1, value_name="rho", template=ctx.template, best=(layer - 1, head - 1)),
+                    key="agree_corpus")
         download_buttons(pd.DataFrame(corpus_rows(corpus)), json.dumps(corpus),
                          f"agreement_gold_{ctx.direction}_{method}", key="agreement_gold")
+about = "Spearman's rho of |attribution| to the source with each attention row, the mean over a sentence's pieces."
 if corpus is not None:
-    st.dataframe(pd.DataFrame(corpus_table(corpus)), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(corpus_table(corpus)).style.format(precision=2, na_rep="n/a"), hide_index=True,
+                 width="stretch")
     sh = corpus["share"]
-    st.caption(f"Gold set ({corpus['pairs']} of {corpus['sentences']['of']} pairs, `aiayn attribution`): mean "
-               f"over sentences of each sentence's mean over target pieces, ± its standard deviation. Source share "
-               f"{sh['source_mean']:.2f} ± {sh['source_std']:.2f} per step, target prefix {sh['prefix_mean']:.2f}.")
+    about += (f" Gold set ({corpus['pairs']} of {corpus['sentences']['of']} pairs, `aiayn attribution`): the mean "
+              f"over sentences and its standard deviation (sd), also for Kendall's tau. Source share "
+              f"{sh['source_mean']:.2f} ± {sh['source_std']:.2f} per step, target prefix {sh['prefix_mean']:.2f}.")
+st.caption(about)

@@ -229,7 +229,8 @@ def test_page_shows_the_gold_set_agreement_beside_the_sentence(page_checkpoints)
     at = open_page(page, {"method": "grad_x_input"})
     assert not at.exception, at.exception
     c = charts(at)
-    np.testing.assert_allclose(arr(c["agree_corpus"]["data"][0]["z"]), _arr(result["readings"]["heads"]["spearman"]["mean"]))
+    np.testing.assert_allclose(arr(c["agree_corpus"]["data"][0]["z"]),
+                               _arr(result["readings"]["heads"]["spearman"]["mean"]))
     table = at.dataframe[0].value
     assert list(table["Spearman"]) == [r["spearman_mean"] for r in ae.corpus_rows(result, per_head=False)]
     assert "rollout (all layers)" in set(table["attention"])

@@ -1,0 +1,89 @@
+"""End-to-end: the "Alignment and attribution" page in Chromium. A deep link (sentence, layer, head, attribution
+method) restores that view - the widgets show the values and the charts draw the chosen head - changing the head
+writes it to the URL, and the downloads are there. AppTest sets query parameters directly; only a browser shows
+that the bound widgets read a real URL and write it back."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from e2e_harness import REPO, page_url, wait_ready
+
+PAGE = "pages/11_Alignment_and_Attribution.py"
+SHOWN_MS = 15_000
+#: a view unlike the page's default (sentence 0, the best head, gradient x input)
+DEEP = {"sent": "3", "layer": "1", "head": "3", "method": "integrated_gradients"}
+
+
+@pytest.fixture(scope="module")
+def e2e_checkpoints(tmp_path_factory, request) -> Path:
+    """The shipped checkpoints when they carry alignment.json (the page needs it), else tiny ones given one."""
+    if all((REPO / "checkpoints" / d / "alignment.json").is_file() for d in ("en-de", "de-en")):
+        return REPO / "checkpoints"
+    from aiayn import Translator
+    from aiayn.alignment_eval import ALIGN_FILE, align_checkpoint
+
+    tiny = request.getfixturevalue("tiny_checkpoints")
+    root = tmp_path_factory.mktemp("aligned")
+    for d in ("en-de", "de-en"):
+        shutil.copytree(tiny / d, root / d)
+        tr = Translator.load(root / d, device="cpu")
+        (root / d / ALIGN_FILE).write_text(json.dumps(align_checkpoint(tr)), encoding="utf-8")
+    return root
+
+
+def _number(pg, label: str):
+    return pg.locator("[data-testid=stMain]").get_by_label(label, exact=True)
+
+
+def _picked(pg, control: str) -> str:
+    group = pg.locator("[data-testid=stMain]").get_by_role("radiogroup", name=control).first
+    return group.get_by_role("radio", checked=True).first.inner_text().strip()
+
+
+def _titles(pg) -> list[str]:
+    """The text of every plotly chart title and subplot title on the page."""
+    return pg.locator("[data-testid=stMain] .js-plotly-plot").locator(".gtitle, .annotation-text").evaluate_all(
+        "els => els.map(e => e.textContent)")  # SVG text: no innerText
+
+
+def _wait_title(pg, pattern: str) -> None:
+    pg.wait_for_function("(p) => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot .gtitle, "
+                         "[data-testid=stMain] .js-plotly-plot .annotation-text')].some(e => new RegExp(p)"
+                         ".test(e.textContent))", arg=pattern, timeout=120_000)
+
+
+def test_a_deep_link_restores_the_view_and_the_head_goes_to_the_url(fresh_server, page):
+    from playwright.sync_api import expect
+
+    query = "&".join(f"{k}={v}" for k, v in DEEP.items())
+    page.goto(page_url(fresh_server, PAGE, query))
+    wait_ready(page, timeout=240_000)  # integrated gradients of one sentence: 64 steps on the CPU
+    assert page.locator("[data-testid=stException]").count() == 0
+    expect(_number(page, "Gold sentence")).to_have_value("3", timeout=SHOWN_MS)
+    expect(_number(page, "Layer")).to_have_value("1", timeout=SHOWN_MS)
+    expect(_number(page, "Head")).to_have_value("3", timeout=SHOWN_MS)
+    assert _picked(page, "Attribution") == "integrated_gradients"
+    _wait_title(page, "^Layer 1 head 3 ")  # the gold-link map draws the linked head...
+    titles = " | ".join(_titles(page))
+    assert "layer 1 head 3 (" in titles, titles  # ...and so does the attention beside the attribution
+    assert "|integrated gradients|" in titles, titles
+    expect(page.get_by_text(re.compile(r"Completeness \(64 steps\)"))).to_be_visible(timeout=SHOWN_MS)
+    assert page.locator("[data-testid=stDownloadButton]").count() >= 4  # AER and this sentence's agreement
+
+    head = _number(page, "Head")
+    head.fill("5")
+    head.press("Enter")
+    page.wait_for_function("() => new URL(location.href).searchParams.get('head') === '5'", timeout=60_000)
+    wait_ready(page, timeout=240_000)
+    _wait_title(page, "^Layer 1 head 5 ")
+    q = parse_qs(urlparse(page.url).query)
+    assert q["head"] == ["5"] and q["layer"] == ["1"] and q["sent"] == ["3"], page.url
+    assert q["method"] == ["integrated_gradients"], page.url
+    assert "layer 1 head 5 (" in " | ".join(_titles(page))
+    assert not page.console_errors(), page.console_errors()
