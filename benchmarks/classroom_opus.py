@@ -6,7 +6,8 @@ checkpoint directory the app's model picker lists), then served to the class wit
 (Tiedemann and Thottingal 2020): Table 3's base Transformer (N = 6, d_model 512, h = 8, d_ff 2,048), a joint
 vocabulary of 58,101 pieces (``</s>`` 0, ``<pad>`` 58,100, the decoder starting from ``<pad>``), swish, 512 static
 sinusoidal positions, embeddings shared by encoder, decoder and output layer and scaled by sqrt(d_model). The
-weights are Hugging Face's initialisation (``init_std`` 0.02, seeded), 74.4 M parameters, as many as the real one.
+weights are Hugging Face's initialisation (``init_std`` 0.02, seeded): 73,886,208 parameters as aiayn counts them,
+74,410,496 as Hugging Face does (with the two 512 x 512 position tables), as many as the real one.
 
 **The tokenizer.** Marian's two SentencePiece models are small unigram models trained here on the committed Ding
 fixture (``tests/fixtures/ding_sample.txt``, :func:`tests.marian_fixture.train_spm`, as the import tests do):
@@ -18,9 +19,9 @@ outputs are mostly synthetic pieces (the model is untrained), detokenised by the
 lone reference.
 
 **Output length.** An untrained model never chooses ``</s>`` (it repeats one piece), so every beam would run to the
-maximum length (source + 50 pieces, Section 6.1): about six times the steps a trained model takes for these
-sentences, and a constant ``</s>`` bias only switches between ending at once and never ending. So one row of the
-weights is fitted, nothing else: :func:`end_near` sets ``</s>``'s embedding row (tied: its output row too) and its
+maximum length (source + 50 pieces, Section 6.1), several times the steps a trained model takes
+(docs/benchmarks.md), and a constant ``</s>`` bias only switches between ending at once and never ending. So one
+row of the weights is fitted, nothing else: :func:`end_near` sets ``</s>``'s embedding row (tied: its output row too) and its
 ``final_logits_bias`` by ridge regression on the decoder's last hidden states (random decoder inputs from the
 model's own top pieces, fixture sentences) so that its logit crosses the best other piece's near output position
 :data:`OUTPUT_PIECES`. Outputs then end after about as many pieces as Opus-MT writes for the classroom's sentences;

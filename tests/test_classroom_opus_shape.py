@@ -1,7 +1,7 @@
 """The classroom benchmark's paper-size class (benchmarks/classroom_opus.py): the Opus-MT en-de shape as published,
 its vocabulary at full size, the ``</s>`` fit that makes an untrained model end its outputs, and a ``--quick`` class
 served through ``aiayn import-marian`` and ``?model=`` whose every answer equals a lone run. The full-size model is
-built here without the import (74 M parameters: its conversion takes minutes on this CPU); the import and the server
+built here without the import (74 M parameters: its conversion is too slow for a unit test); the import and the server
 run on the quick shape. Needs ``transformers`` (requirements-dev.txt). No timing assertions."""
 from __future__ import annotations
 
