@@ -115,6 +115,9 @@ def test_integrated_gradients_join_the_file_and_stale_methods_go(ckpt, gold):
     assert set(payload["methods"]) == {"grad_x_input", "integrated_gradients"}
     ig = payload["methods"]["integrated_gradients"]
     assert ig["steps"] == 8 and ig["baseline"] == "zero" and ig["max_completeness_gap"] >= 0
+    gap = ig["completeness_gap"]
+    assert gap["max"] == ig["max_completeness_gap"] and 0 <= gap["median"] <= gap["p90"] <= gap["max"]
+    assert 0 <= gap["within_5pct"] <= 1 and gap["pieces"] >= 1
     assert payload["methods"]["grad_x_input"]["steps"] is None
     # a file for other weights is not merged into
     old = {**payload, "weights_sha256": "0" * 64}
