@@ -11,11 +11,16 @@ from typing import Any
 
 from .checkpoint_format import WEIGHTS_FILE, check_files, read_config
 
-__all__ = ["CatalogEntry", "SHIPPED", "list_checkpoints", "models_for", "origin_of", "resolve_checkpoint"]
+__all__ = ["CatalogEntry", "SHIPPED", "count_parameters", "list_checkpoints", "models_for", "origin_of", "resolve_checkpoint"]
 
 #: the shipped checkpoints' directory names, the default models, listed first in this order
 SHIPPED = ("en-de", "de-en")
 
+
+
+def count_parameters(n: int) -> str:
+    """``"74.4M parameters"``; below 100,000 the exact count (``"7,120 parameters"``), never ``"0.0M"``."""
+    return f"{n / 1e6:.1f}M parameters" if n >= 100_000 else f"{n:,} parameters"
 
 @dataclass(frozen=True)
 class CatalogEntry:
@@ -46,7 +51,7 @@ class CatalogEntry:
         if self.direction and self.direction != self.name:
             parts.append(self.direction)
         if self.num_parameters:
-            parts.append(f"{self.num_parameters / 1e6:.1f}M parameters")
+            parts.append(count_parameters(self.num_parameters))
         parts.append(self.origin)
         return " · ".join(parts)
 

@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: aiayn <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    width = max(map(len, COMMANDS))
+    lines += [f"  {name:<{width}} {help_}" for name, (_, _, help_) in COMMANDS.items()]
     lines += ["", "`aiayn <command> --help` shows a command's options."]
     return "\n".join(lines)
 

@@ -284,7 +284,7 @@ def test_catalog_lists_shipped_first_then_imported(imported, tiny_checkpoints, t
     config = json.loads((imported / "config.json").read_text(encoding="utf-8"))
     assert imp.num_parameters == config["num_parameters"]
     assert imp.weights_bytes == (imported / "model.safetensors").stat().st_size
-    assert imp.label == f"opus-mt-en-de · en-de · {config['num_parameters'] / 1e6:.1f}M parameters · imported: Opus-MT"
+    assert imp.label == f"opus-mt-en-de · en-de · {config['num_parameters']:,} parameters · imported: Opus-MT"  # tiny
     assert shipped.label.startswith("en-de · ") and "en-de · en-de" not in shipped.label
     assert list_checkpoints(tmp_path / "missing") == []
 
@@ -350,7 +350,7 @@ def test_model_picker_offers_every_model_of_the_direction(imported, tiny_checkpo
     captions = list(box.proto.captions)
     n = json.loads((imported / "config.json").read_text(encoding="utf-8"))["num_parameters"]
     assert captions[0].endswith("trained here")
-    assert captions[1].startswith(f"{n / 1e6:.1f}M parameters · ") and captions[1].endswith("imported: Opus-MT")
+    assert captions[1].startswith(f"{n:,} parameters · ") and captions[1].endswith("imported: Opus-MT")
     assert at.markdown[0].value == "served: en-de (en-de)"  # the shipped model is the default
     box.set_value("opus-mt-en-de").run()
     assert at.markdown[0].value == "served: opus-mt-en-de (opus-mt-en-de)"
@@ -400,3 +400,20 @@ def test_the_sidebar_picker_serves_the_imported_model(imported, tiny_checkpoints
     assert [x.split(":", 1)[1] for x in shown[None]] == [t.replace("<", "&lt;").replace(">", "&gt;") for t in shipped_tokens]
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+def test_parameter_counts_read_right_for_every_size():
+    from aiayn.catalog import count_parameters
+
+    assert count_parameters(73_886_208) == "73.9M parameters"
+    assert count_parameters(7_120) == "7,120 parameters"  # a tiny model is never "0.0M"
+    assert count_parameters(99_999) == "99,999 parameters" and count_parameters(100_000) == "0.1M parameters"
+
+
+def test_cli_help_keeps_every_description_in_one_column(capsys):
+    from aiayn.cli import COMMANDS, main
+
+    main(["--help"])
+    out = capsys.readouterr().out
+    starts = {line.index(help_) for line in out.splitlines() for _, _, help_ in COMMANDS.values() if help_ in line}
+    assert len(starts) == 1, out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from ..catalog import CatalogEntry, list_checkpoints, models_for, resolve_checkpoint
+from ..catalog import CatalogEntry, count_parameters, list_checkpoints, models_for, resolve_checkpoint
 from ..checkpoint_format import DEFAULT_CHECKPOINTS_DIR
 from .params import warn_bad_param
 
@@ -52,7 +52,7 @@ def model_picker(direction: str) -> str:
 
 def caption(entry: CatalogEntry) -> str:
     """``"74.4M parameters · 148 MB · imported: Opus-MT"``: what the picker says under a model's name."""
-    parts = [f"{entry.num_parameters / 1e6:.1f}M parameters"] if entry.num_parameters else []
+    parts = [count_parameters(entry.num_parameters)] if entry.num_parameters else []
     parts.append(f"{entry.weights_bytes / 1e6:,.0f} MB" if entry.weights_bytes >= 1e6 else
                  f"{entry.weights_bytes / 1e3:,.0f} kB")
     parts.append(entry.origin)
