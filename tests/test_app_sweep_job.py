@@ -35,14 +35,16 @@ def own_checkpoints(tiny_checkpoints, tmp_path, monkeypatch):
 @pytest.fixture()
 def gate(monkeypatch):
     """Holds the sweep's second model run until ``gate.set()`` (outside the queue's turn: the pages never wait
-    for it); ``gate.pieces`` counts the pieces asked for."""
+    for it); ``gate.pieces`` counts the pieces asked for; ``gate.entered`` is set once the second one waits."""
     hold = threading.Event()
     hold.pieces = 0
+    hold.entered = threading.Event()  # set when the second model run has started waiting at the gate
     real = DecodeQueue.run_background
 
     def gated(self, fn, *args, **kwargs):
         hold.pieces += 1
         if hold.pieces == 2:
+            hold.entered.set()
             assert hold.wait(60)
         return real(self, fn, *args, **kwargs)
 
@@ -95,6 +97,9 @@ def test_cancel_stops_the_sweep_for_everyone_and_stores_nothing(own_checkpoints,
     at.button(key="ab_sweep_run").click().run()
     job = _job(own_checkpoints)
     assert job is not None and job.running
+    # the job's thread may not have reached its first model run yet (the page's own model calls go first):
+    # wait until it is inside the second one, so Cancel lands while a piece runs
+    assert gate.entered.wait(60)
     at.button(key="ab_sweep_cancel").click().run()
     assert not at.exception, at.exception
     assert job.status().cancelling and "Cancelling…" in _labels(at)

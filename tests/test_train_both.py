@@ -215,8 +215,10 @@ def test_end_to_end_card_and_summary_hold_the_eval_numbers(done, data, direction
     assert row["steps"] == meta["step"] and row["train_tokens"] == meta["train_tokens"] > 0
     assert row["tokens_per_s"] == pytest.approx(meta["train_tokens"] / meta["train_wall_time_s"])
     assert json.loads((ckpt / "head_sweep.json").read_text())["direction"] == direction
+    attribution = json.loads((ckpt / "attribution.json").read_text())  # what the Alignment page's gold-set panel reads
+    assert attribution["direction"] == direction and attribution["methods"]["grad_x_input"]["sentences"]["first"] == 40
     assert row["stages"] == {"train": 0, "average": 0, "evaluate_test": 0, "evaluate_test_general": 0, "evaluate_dev": 0,
-                             "card": 0, "align": 0, "sweep": 0}
+                             "card": 0, "align": 0, "attribution": 0, "sweep": 0}
     dev = json.loads((ckpt / "eval_dev.json").read_text())  # the development sets, as beside the shipped checkpoints
     assert dev["checkpoint"] == str(ckpt.resolve()) and set(dev["scores"]) == {direction}
     for name, s in dev["details"][direction].items():

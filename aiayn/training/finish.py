@@ -17,6 +17,8 @@ EXIT_INTERRUPTED = 130
 #: the development sets' scores beside a checkpoint (aiayn.evaluation.devsets.EVAL_DEV_FILE, named here so that the
 #: summary does not import the evaluation code)
 EVAL_DEV_FILE = "eval_dev.json"
+#: gold pairs the post-training attribution scores (the shipped attribution.json's gradient x input subset)
+ATTRIBUTION_SENTENCES = 40
 
 
 # -- after training: average, evaluate, card, sweep (one child per direction) ------------------------------------
@@ -81,9 +83,11 @@ def _general_notes(notes: str, general: dict[str, Any] | None) -> str:
 
 def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], dev: str, status: dict[str, Any]) -> None:
     """Average, evaluate on the test split(s) and the development sets, card (each required: raises _StageFailed), the
-    heads' alignment error rate (``aiayn align``, IBM Model 1 from the training split beside it) and the sweep (both
-    optional: a failure is recorded, the checkpoint kept), all into ``tmp``."""
+    heads' alignment error rate (``aiayn align``, IBM Model 1 from the training split beside it), the attribution
+    agreement (``aiayn attribution``, gradient x input on the first :data:`ATTRIBUTION_SENTENCES` gold pairs, as
+    shipped) and the sweep (all three optional: a failure is recorded, the checkpoint kept), all into ``tmp``."""
     from ..alignment_eval import cli_main as align_main
+    from ..attribution_eval import cli_main as attribution_main
     from ..evaluation.devsets import cli_main as dev_main
     from ..evaluation.modelcard import cli_main as card_main
     from ..evaluation.scoring import cli_main as evaluate_main
@@ -103,6 +107,11 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
     _stage(status, "card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
                                        "--hardware", args.hardware, "--notes", notes.strip()])
     status["align"] = _call("align", align_main, ["--checkpoint", str(tmp), "--device", dev, "--ibm1", str(data / "train.tsv")])
+    if args.deadline and time.time() > args.deadline:
+        status["attribution"] = "skipped: the time budget is spent (run `aiayn attribution DIR` later)"
+    else:  # what the Alignment page's gold-set agreement reads; optional: kept on failure
+        status["attribution"] = _call("attribution", attribution_main, [str(tmp), "--method", "grad_x_input", "--sentences",
+                                                                        str(ATTRIBUTION_SENTENCES), "--device", dev, "--no-progress"])
     if args.no_sweep:
         status["sweep"] = "skipped (--no-sweep)"
     elif args.deadline and time.time() > args.deadline:
