@@ -34,7 +34,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +95,6 @@ def write_opus_shape_source(directory: str | Path, *, seed: int = 0, output_piec
     Raises:
         ImportError: ``transformers`` or ``sentencepiece`` is not installed.
     """
-    import sentencepiece as spm
     import torch
     import transformers
 
@@ -108,20 +106,8 @@ def write_opus_shape_source(directory: str | Path, *, seed: int = 0, output_piec
     pairs, _ = parse_ding(REPO / "tests" / "fixtures" / "ding_sample.txt")
     (d / "src.spm").write_bytes(fixture.train_spm([p.en for p in pairs], 200))
     (d / "tgt.spm").write_bytes(fixture.train_spm([p.de for p in pairs], 200))
-    pieces: list[str] = []
-    for name in ("src.spm", "tgt.spm"):
-        sp = spm.SentencePieceProcessor(model_file=str(d / name))
-        pieces += [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     config = dict(OPUS_MT_EN_DE, **config_overrides)
-    vocab = opus_vocab(pieces, config["vocab_size"])
-    (d / "vocab_in.json").write_text(json.dumps({p: i for i, p in enumerate(vocab)}), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tok = transformers.MarianTokenizer(source_spm=str(d / "src.spm"), target_spm=str(d / "tgt.spm"),
-                                           vocab=str(d / "vocab_in.json"), source_lang="en", target_lang="de")
-        tok.save_pretrained(str(d))
-    for name in ("src.spm", "tgt.spm", "vocab_in.json"):
-        (d / name).unlink()
+    tok = fixture.save_marian_tokenizer(d, opus_vocab(fixture.spm_pieces(d), config["vocab_size"]))
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(transformers.MarianConfig(**config)).eval()
     pairs_en = [p.en for p in pairs if 20 < len(p.en) < 80][:12]

@@ -39,20 +39,21 @@ def redraw_marian_weights(model, seed: int) -> None:
         model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=gen))
 
 
-def write_marian(directory: Path, pairs, *, seed: int = 0, **config_overrides) -> Path:
-    """Write a tiny en-de Marian model + tokenizer into ``directory`` with ``save_pretrained``."""
-    import transformers
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "src.spm").write_bytes(train_spm([p.en for p in pairs], 200))
-    (d / "tgt.spm").write_bytes(train_spm([p.de for p in pairs], 200))
+def spm_pieces(d: Path) -> list[str]:
+    """Every piece of ``d/src.spm`` then of ``d/tgt.spm``, in id order."""
     pieces: list[str] = []
     for name in ("src.spm", "tgt.spm"):
         sp = spm.SentencePieceProcessor(model_file=str(d / name))
         pieces += [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    skip = {"<unk>", "<s>", "</s>", "<pad>"}
-    vocab = ["</s>", "<unk>"] + list(dict.fromkeys(p for p in pieces if p not in skip)) + ["<pad>"]
+    return pieces
+
+
+def save_marian_tokenizer(d: Path, vocab: list[str]):
+    """Save a ``MarianTokenizer`` of ``d/src.spm``, ``d/tgt.spm`` and ``vocab`` (id order) into ``d`` with
+    ``save_pretrained``, remove the inputs (the saved copies are ``source.spm``, ``target.spm``, ``vocab.json``) and
+    return the tokenizer."""
+    import transformers
+
     (d / "vocab_in.json").write_text(json.dumps({p: i for i, p in enumerate(vocab)}), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -61,6 +62,20 @@ def write_marian(directory: Path, pairs, *, seed: int = 0, **config_overrides) -
         tok.save_pretrained(str(d))
     for name in ("src.spm", "tgt.spm", "vocab_in.json"):
         (d / name).unlink()
+    return tok
+
+
+def write_marian(directory: Path, pairs, *, seed: int = 0, **config_overrides) -> Path:
+    """Write a tiny en-de Marian model + tokenizer into ``directory`` with ``save_pretrained``."""
+    import transformers
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "src.spm").write_bytes(train_spm([p.en for p in pairs], 200))
+    (d / "tgt.spm").write_bytes(train_spm([p.de for p in pairs], 200))
+    skip = {"<unk>", "<s>", "</s>", "<pad>"}
+    vocab = ["</s>", "<unk>"] + list(dict.fromkeys(p for p in spm_pieces(d) if p not in skip)) + ["<pad>"]
+    save_marian_tokenizer(d, vocab)
     pad = len(vocab) - 1
     kwargs = dict(vocab_size=len(vocab), d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
                   decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
