@@ -870,6 +870,72 @@ def test_init_from_refuses_another_vocabulary_shape_or_nothing(tiny_data, en_de_
     assert _snapshot(en_de_parent) == before
 
 
+def test_stack_layers_copies_layer_j_mod_n_and_keeps_the_rest():
+    """Progressive stacking (Gong et al. 2019): layer j of the deep stack is layer j mod N of the shallow one."""
+    from aiayn import Transformer, TransformerConfig
+    from aiayn.training.stacking import count_layers, stack_layers
+
+    torch.manual_seed(0)
+    shallow = Transformer(TransformerConfig.preset("tiny", vocab_size=40, n_layers=2)).state_dict()
+    deep = stack_layers(shallow, 6)
+    assert count_layers(deep) == {"encoder_layers": 6, "decoder_layers": 6}
+    assert set(deep) == set(Transformer(TransformerConfig.preset("tiny", vocab_size=40, n_layers=6)).state_dict())
+    for key, value in deep.items():
+        stack, _, rest = key.partition("_layers.")
+        if not rest:  # embeddings, output projection: the same tensors
+            assert value is shallow[key]
+            continue
+        j, name = rest.split(".", 1)
+        source = shallow[f"{stack}_layers.{int(j) % 2}.{name}"]
+        assert torch.equal(value, source) and value is not source  # a copy: training the copies apart is possible
+    # layers 0 and 1 differ, so a copy from the wrong layer would show above
+    assert not torch.equal(shallow["encoder_layers.0.ffn.w_1.weight"], shallow["encoder_layers.1.ffn.w_1.weight"])
+
+
+@pytest.mark.parametrize("n_layers, message", [(3, "multiple of 2"), (1, "multiple of 2"), (0, "multiple of 2")])
+def test_stack_layers_refuses_a_depth_that_is_not_a_multiple(n_layers, message):
+    from aiayn import Transformer, TransformerConfig
+    from aiayn.training.stacking import stack_layers
+
+    shallow = Transformer(TransformerConfig.preset("tiny", vocab_size=40, n_layers=2)).state_dict()
+    with pytest.raises(ValueError, match=message):
+        stack_layers(shallow, n_layers)
+    uneven = {k: v for k, v in shallow.items() if not k.startswith("decoder_layers.1.")}
+    with pytest.raises(ValueError, match="same depth"):
+        stack_layers(uneven, 4)
+    gap = {k: v for k, v in shallow.items() if not k.startswith("encoder_layers.0.")}
+    with pytest.raises(ValueError, match="not 0..0"):
+        stack_layers(gap, 4)
+
+
+def test_init_stack_starts_a_deeper_run_from_the_stacked_parent(tiny_data, en_de_parent, tmp_path, capsys):
+    """``--init-stack``: the child's first state holds the parent's layers stacked (lr_scale 0: Adam moves nothing);
+    without it the deeper child cannot start from the shallower parent; without --init-from it is refused."""
+    from aiayn.training.cli import cli_main
+    from aiayn.training.stacking import stack_layers
+
+    parent = {k: torch.from_numpy(v) for k, v in weights(list_states(en_de_parent)[-1]).items()}
+    child = tmp_path / "child"
+    train(tiny_tc(tiny_data, child, lr_scale=0.0, max_steps=1, save_every=1, init_from=str(en_de_parent),
+                  init_stack=True, model_overrides={"dropout": 0.1, "n_layers": 4}), log=QUIET)
+    got = weights(list_states(child)[-1])
+    expected = stack_layers(parent, 4)
+    assert set(got) == set(expected) and all(np.array_equal(got[k], expected[k].numpy()) for k in expected)
+    assert json.loads((child / "train_config.json").read_text())["init_stack"] is True
+    base = ["--data", str(tiny_data), "--preset", "tiny", "--max-steps", "1", "--threads", "1", "--valid-bleu-sentences", "0",
+            "--set", "n_layers=4"]
+    assert cli_main(base + ["--run", str(tmp_path / "plain"), "--init-from", str(en_de_parent)]) == 2
+    assert "do not fit" in capsys.readouterr().err
+    assert cli_main(base[:-1] + ["n_layers=3", "--run", str(tmp_path / "odd"), "--init-from", str(en_de_parent),
+                                 "--init-stack"]) == 2
+    err = capsys.readouterr().err
+    assert "--init-stack" in err and "multiple of 2" in err and "Traceback" not in err
+    assert not (tmp_path / "odd" / "train_config.json").exists()
+    with pytest.raises(SystemExit) as exc:
+        cli_main(base + ["--run", str(tmp_path / "alone"), "--init-stack"])
+    assert exc.value.code == 2 and "give --init-from" in capsys.readouterr().err
+
+
 def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
     """A bad --init-from is a message (above); any other error inside training keeps its traceback."""
     import aiayn.training.cli as T

@@ -136,6 +136,9 @@ def cli_main(argv: list[str]) -> int:
                          "attention_history.safetensors (the explorer's 'Across training' tab; default on)")
     ap.add_argument("--init-from", default=None, metavar="DIR", help="warm start a new run from the weights of a run, "
                     "run state or checkpoint with the same shape and vocabulary (e.g. the other direction's run); default off")
+    ap.add_argument("--init-stack", action="store_true", default=None,
+                    help="with --init-from a shallower model: copy its N layers on top of themselves up to this run's "
+                         "n_layers (progressive stacking, Gong et al. 2019; e.g. --set n_layers=6 from N = 3)")
     ap.add_argument("--resume", action="store_true", help="continue from the run's last state, exactly, with its stored "
                     "configuration; flags given change it and are recorded")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
@@ -150,12 +153,14 @@ def cli_main(argv: list[str]) -> int:
             ap.error(f"cannot resume: {cfg_file} is unreadable ({exc}); the run's recipe is stored there")
         if not isinstance(stored, dict):
             ap.error(f"cannot resume: {cfg_file} does not hold a training configuration")
+    if args.init_stack and not args.init_from:
+        ap.error("--init-stack stacks the layers of the --init-from model: give --init-from DIR too")
     if args.init_from and args.resume and list_states(Path(args.run).expanduser()):
         ap.error("--init-from starts a new run from another run's weights; this run already has states, so --resume "
                  "continues from its own (drop --init-from, or choose a new run directory)")
     given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
              "model_overrides": parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
-             "init_from": args.init_from, "record_attention": args.record_attention,
+             "init_from": args.init_from, "init_stack": args.init_stack, "record_attention": args.record_attention,
              **{name: getattr(args, name) for name, _ in VALUE_FLAGS}}
     try:
         tc = resolve_config(given, stored)

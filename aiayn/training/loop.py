@@ -221,8 +221,9 @@ def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
             if dropped:
                 log(f"dropped {dropped} metrics records logged after step {run.state['step']} (they will be logged again)")
     elif tc.init_from:
-        used = init_weights_from(tc.init_from, run.model, data_dir / "spm.model")
-        log(f"initialised the weights from {used} (warm start; optimizer and schedule start at step 0)")
+        used = init_weights_from(tc.init_from, run.model, data_dir / "spm.model", stack=tc.init_stack)
+        how = f", its layers stacked to N = {len(run.model.encoder_layers)}" if tc.init_stack else ""
+        log(f"initialised the weights from {used}{how} (warm start; optimizer and schedule start at step 0)")
     elif tc.residual_init_scale != 1.0:
         n = scale_residual_init(run.model, tc.residual_init_scale)
         log(f"residual branches start small: {n} matrices (W_V, W_O, W_2) x {tc.residual_init_scale:g}")

@@ -138,6 +138,7 @@ class TrainConfig:
     upsample_sentences: int = 1  # repeat full-sentence pairs (both sides, aiayn.data.is_sentence) this many times
     amp_cpu: bool | None = None  # bf16 autocast on CPU; None = where oneDNN runs bf16 natively (AVX512-BF16, AMX)
     init_from: str = ""  # warm start: weights (only) of a run, run state or checkpoint directory; "" = random init
+    init_stack: bool = False  # warm start of a deeper model: init_from's layers copied on top of themselves (stacking)
     record_attention: bool = True  # attention of a few curated sentences at every saved state (.history)
     pad_multiple: int | None = None  # round batch widths up to this (None: 8 on CUDA or compiled, 1 on CPU eager)
     prefetch: int = 2  # steps collated ahead by the loader thread (0 = in the training thread)

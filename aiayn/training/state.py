@@ -22,6 +22,7 @@ from ..files import atomic_dir, atomic_write_text
 from ..lineage import LINEAGE_FILE, lineage_of, read_run_lineage, run_entry
 from ..model.transformer import Transformer
 from .recipe import TrainConfig
+from .stacking import stack_layers
 
 if TYPE_CHECKING:
     from .history import AttentionRecorder
@@ -118,7 +119,7 @@ class WarmStartError(ValueError):
     """``--init-from`` names something that cannot start this run (no weights, another vocabulary or shape)."""
 
 
-def init_weights_from(source: str | Path, model: Transformer, spm_model: str | Path) -> Path:
+def init_weights_from(source: str | Path, model: Transformer, spm_model: str | Path, *, stack: bool = False) -> Path:
     """Warm start: copy the weights (only) of ``source`` into ``model``; returns the weights file used.
 
     ``source`` is a run directory (its last state), a run state ``step_*/`` or a checkpoint directory. The
@@ -127,10 +128,13 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     trained on related data is a known head start for a data-poor child (transfer learning for NMT: Zoph et al.
     2016; Kocmi and Bojar 2018, who also reverse the direction). Not part of the paper's recipe.
 
+    ``stack``: ``source`` may be shallower than ``model``: its layers are copied on top of themselves until they
+    reach ``model``'s depth (progressive stacking, :func:`aiayn.training.stacking.stack_layers`).
+
     Raises:
         WarmStartError: ``source`` holds no readable weights, its SentencePiece model differs from ``spm_model``
-            (the token ids would mean other pieces), or its tensors do not fit ``model`` (another d_model, N,
-            vocabulary size...).
+            (the token ids would mean other pieces), its tensors do not fit ``model`` (another d_model, N,
+            vocabulary size...), or with ``stack``, ``model``'s depth is not a multiple of ``source``'s.
     """
     src = Path(source).expanduser()
     states = list_states(src) if (src / "train_config.json").is_file() else []
@@ -147,7 +151,15 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
         raise WarmStartError(f"--init-from {src}: its vocabulary ({their_spm}) differs from this run's ({spm_model}); "
                              "token ids would mean other pieces")
     try:
-        load_weights_into(model, load_state(weights_file), weights_file, against="this run's model")
+        state = load_state(weights_file)
+        if stack:
+            try:
+                state = stack_layers(state, len(model.encoder_layers))
+            except ValueError as exc:
+                raise WarmStartError(f"--init-from {src} --init-stack: {exc}") from None
+        load_weights_into(model, state, weights_file, against="this run's model")
+    except WarmStartError:
+        raise
     except ValueError as exc:
         raise WarmStartError(f"--init-from {src}: its weights do not fit ({exc})") from None
     return weights_file
