@@ -75,7 +75,8 @@ ui.warn_bad_param("block", list(labels), "unknown block of Figure 1")
 ui.warn_bad_param("step", [str(i) for i in range(lesson.N_STEPS + 1)], f"the lesson has steps 1 to {lesson.N_STEPS}")
 text_col, figure_col = ui.chart_columns([1, 1])  # stacked in presenter mode: the lesson's text first
 with text_col:
-    step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers), opens={lesson.LENS_STEP: "open_lens"})
+    step = lesson_ui.step_controls(lesson.step_blocks(tr.cfg.n_layers),
+                                   opens={lesson.LENS_STEP: "open_lens", lesson.TREE_STEP: "open_tree"})
     if step:
         now = lesson.lesson_step(step, trace, lens, tr.cfg)
         lesson_ui.show_step(now, lesson.N_STEPS, labels[now.block])
@@ -98,20 +99,38 @@ else:
     ui.show_figure(f1.metrics_figure(view, template=ctx.template), key="block_metrics", filename="figure1_metrics")
 
 # -- decoding as a search -----------------------------------------------------------------------------------------
+# The three sections below are drawn when opened (Streamlit's lazy expanders, in fragments: opening one reruns it
+# alone): the first draw shows the blocks from one beam search and one traced pass; the tree's chart, the largest
+# the page sends, waits for a click (or ?open_tree=true, or the lesson's beam-search step).
 st.subheader("Decoding as a search")
-nodes = [n.id for n in tree.nodes[1:]]  # a pruned node's prefix too: what the search would have said
-lesson_ui.picking_chart(f1.beam_tree_figure(tree, template=ctx.template), nodes, key="beam_tree", target_key="force",
-                        filename="beam_tree")
-force = st.selectbox("Force a node's prefix and decode the rest (or click a node)", [None] + nodes, key="force",
-                     format_func=lambda i: "—" if i is None else " ".join(tree.nodes[j].piece for j in tree.path(i)))
-if force is not None:
-    forced = _forced(ctx.direction, cleaned, tuple(tree.tokens(force)))
-    st.markdown(f"**Forced:** {forced.text or '∅'} (score {forced.score:.3f})")
-    explorer_prefix_link(tr, cleaned, tree.tokens(force))  # every head's maps of this forced output
+
+
+@st.fragment
+def tree_section(tree) -> None:
+    """The beam search as a tree (already recorded: the first draw's search), drawn when opened; a clicked node or
+    the picker forces that node's prefix and decodes the rest."""
+    if "force" in st.session_state:  # a widget not drawn in a run loses its value: kept while the section is closed
+        st.session_state["force"] = st.session_state["force"]
+    with st.expander("The beam-search tree: every hypothesis kept or pruned (click a node to force its prefix)",
+                     key="open_tree", on_change="rerun", bind="query-params", icon=":material/account_tree:") as box:
+        if not box.open:
+            return
+        nodes = [n.id for n in tree.nodes[1:]]  # a pruned node's prefix too: what the search would have said
+        lesson_ui.picking_chart(f1.beam_tree_figure(tree, template=ctx.template), nodes, key="beam_tree",
+                                target_key="force", filename="beam_tree")
+        force = st.selectbox("Force a node's prefix and decode the rest (or click a node)", [None] + nodes,
+                             key="force", format_func=lambda i: "—" if i is None else
+                             " ".join(tree.nodes[j].piece for j in tree.path(i)))
+        if force is not None:
+            forced = _forced(ctx.direction, cleaned, tuple(tree.tokens(force)))
+            st.markdown(f"**Forced:** {forced.text or '∅'} (score {forced.score:.3f})")
+            explorer_prefix_link(tr, cleaned, tree.tokens(force))  # every head's maps of this forced output
+
+
+st.caption(f1.tree_summary(tree))
+tree_section(tree)
 
 # -- logit lens ---------------------------------------------------------------------------------------------------
-# The two sections below are drawn when opened (Streamlit's lazy expanders, in fragments: opening one reruns it
-# alone): the first draw shows the blocks and the tree, from one beam search and one traced pass.
 @st.fragment
 def lens_section(lens) -> None:
     """The logit lens of the traced pass (already computed: the lesson quotes it), drawn when opened."""

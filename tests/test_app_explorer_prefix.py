@@ -144,7 +144,7 @@ def test_a_prefix_that_cannot_be_forced_is_an_error_not_an_exception(checkpoints
 
 
 def test_figure1_links_a_forced_node_to_the_explorer(checkpoints, tiny_translator):
-    at = open_page(FIGURE1, {"text": SENT})
+    at = open_page(FIGURE1, {"text": SENT, "open_tree": "true"})
     assert not any("Attention Explorer" in pl.proto.label for pl in at.get("page_link"))
     tree = tiny_translator.beam_tree(SENT, beam_size=4, length_penalty=0.6)
     node = next(n.id for n in tree.nodes[1:] if n.step == 2)

@@ -68,14 +68,29 @@ def test_tree_and_lens_figures_show_their_values(tr):
     np.testing.assert_allclose(z, lens.probs[:, :, 0], rtol=1e-6)
 
 
+def test_tree_summary_counts_the_search(tr):
+    tree = tr.beam_tree(TEXT, beam_size=3, length_penalty=0.6)
+    line = f1.tree_summary(tree)
+    statuses = [n.status for n in tree.nodes[1:]]
+    steps = max(n.step for n in tree.nodes)
+    best = max((n for n in tree.nodes if n.ended), key=lambda n: n.score)
+    assert line.startswith("Beam search with K = 3, α = 0.6: ")
+    assert f"{len(statuses)} hypotheses weighed over {steps} steps" in line
+    assert f"{statuses.count('kept')} kept, {statuses.count('pruned')} pruned" in line
+    assert f"{statuses.count('finished') + statuses.count('cut')} ended" in line
+    assert line.endswith(f"is {best.score:.3f}.")
+
+
 def test_page_opens_and_every_block_draws(checkpoints):
     at = open_page(PAGE)
     assert not at.exception
     found = charts(at)
-    assert {"block_heatmap", "block_metrics", "beam_tree"} <= set(found)
-    # the first draw leaves the logit lens and the greedy / sampled decodes to their sections, drawn when opened
-    assert not {"lens", "next_piece"} & set(found) and len(at.table) == 0
-    at = open_page(PAGE, {"open_lens": "true", "open_decodings": "true"})
+    assert {"architecture", "block_heatmap", "block_metrics"} == set(found)
+    # the first draw leaves the beam tree, the logit lens and the greedy / sampled decodes to their sections,
+    # drawn when opened; the tree's one-line summary is there
+    assert len(at.table) == 0 and "force" not in [w.key for w in at.selectbox]
+    assert any(c.value.startswith("Beam search with K = 4") for c in at.caption)
+    at = open_page(PAGE, {"open_lens": "true", "open_decodings": "true", "open_tree": "true"})
     assert not at.exception and {"lens", "next_piece", "beam_tree"} <= set(charts(at))
     assert len(at.table) == 1 and len(at.table[0].value) == 3
     at = open_page(PAGE, {"block": "out"})

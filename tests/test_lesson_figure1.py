@@ -133,6 +133,7 @@ def test_page_opens_at_every_step(checkpoints, page_steps, k):
     assert len(box) == 1 and page_steps[k].markdown in box[0]
     assert at.number_input(key="step").value == k
     assert ("lens" in charts(at)) == (k == lesson.LENS_STEP)  # the lens step opens the logit lens's section
+    assert ("beam_tree" in charts(at)) == (k == lesson.TREE_STEP)  # the beam-search step opens the tree's
 
 
 def test_next_and_back_move_the_step_and_its_block(checkpoints):
@@ -149,4 +150,15 @@ def test_next_and_back_move_the_step_and_its_block(checkpoints):
     assert at.selectbox(key="block").value == "enc.scale" and len(_box(at, 2)) == 1
     at.selectbox(key="block").set_value("out").run()  # the student looks elsewhere: the step stays, the pick too
     assert at.selectbox(key="block").value == "out" and len(_box(at, 2)) == 1
+    assert not at.exception
+
+
+def test_next_to_the_beam_search_step_opens_the_tree_and_it_stays_open(checkpoints):
+    at = open_page(PAGE, {"text": TEXT, "step": str(lesson.TREE_STEP - 1)})
+    assert "beam_tree" not in charts(at) and "open_tree" not in at.query_params
+    at.button(key="lesson_next").click().run()  # the step that says "the tree below"
+    assert at.number_input(key="step").value == lesson.TREE_STEP and "the tree below" in _box(at, lesson.TREE_STEP)[0]
+    assert "beam_tree" in charts(at) and at.query_params["open_tree"] in ("true", ["true"])
+    at.button(key="lesson_back").click().run()  # a step opens its section, never closes one the student has open
+    assert at.number_input(key="step").value == lesson.TREE_STEP - 1 and "beam_tree" in charts(at)
     assert not at.exception

@@ -159,6 +159,17 @@ def tree_layout(tree) -> dict[int, tuple[int, int]]:
     return pos
 
 
+def tree_summary(tree) -> str:
+    """One line on a :class:`~aiayn.beam_tree.BeamTree` for the page to show while the tree's chart is closed:
+    beam size K and alpha, how many hypotheses the search weighed over how many steps, how many it kept, pruned and
+    ended, and the winner's length-penalised score (Section 6.1; GNMT's length penalty)."""
+    count = {s: sum(n.status == s for n in tree.nodes) for s in ("kept", "pruned", "finished", "cut")}
+    ended = count["finished"] + count["cut"]
+    return (f"Beam search with K = {tree.beam_size}, α = {tree.length_penalty}: {len(tree.nodes) - 1} hypotheses "
+            f"weighed over {max(n.step for n in tree.nodes)} steps, {count['kept']} kept, {count['pruned']} pruned, "
+            f"{ended} ended; the winner's score (log P / lp) is {tree.nodes[tree.best].score:.3f}.")
+
+
 def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
     """The beam search as a tree: x the step, y the rank within the step; edges to the parent, colour by status
     (kept, finished, cut at the maximum length, pruned), the winner's path drawn thick, hover with log-probabilities

@@ -243,6 +243,8 @@ _STEPS: list[tuple[str, Callable]] = [
 
 #: the step of the logit lens (the page opens its section there)
 LENS_STEP = 1 + [title for title, _ in _STEPS].index("The logit lens")
+#: the step of the beam search (the page opens the tree's section there)
+TREE_STEP = 1 + [title for title, _ in _STEPS].index("Beam search")
 
 
 def lesson_step(k: int, trace, lens, cfg) -> LessonStep:

@@ -37,9 +37,8 @@ def test_forced_node_opens_the_explorer_on_the_forced_output(server, page, e2e_c
 
     pg = page
     pg.set_viewport_size({"width": 1366, "height": 768})
-    pg.goto(page_url(server, FIGURE1, f"direction=de-en&text={quote(TEXT)}"))
+    pg.goto(page_url(server, FIGURE1, f"direction=de-en&text={quote(TEXT)}&open_tree=true"))  # the tree drawn
     wait_ready(pg)
-    pg.get_by_text("Decoding as a search").scroll_into_view_if_needed()
     node = _click_point(pg, "kept", "true")
     assert isinstance(node, int)
     pg.get_by_text("Forced:").wait_for()

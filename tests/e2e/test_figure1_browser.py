@@ -6,6 +6,8 @@ from __future__ import annotations
 from e2e_harness import page_url, screenshot, wait_ready
 
 PAGE = "pages/10_Figure_1.py"
+#: the label of the closed section that draws the beam-search tree
+TREE_SECTION = "The beam-search tree: every hypothesis kept or pruned (click a node to force its prefix)"
 
 #: pixel position of the first point of the trace named ``name`` whose customdata passes ``test`` (JS expression of d)
 _POINT = """([name, test]) => {
@@ -49,7 +51,10 @@ def test_lesson_architecture_and_tree_clicks(server, page):
                          "e.textContent.startsWith('Decoder layer 1: Feed-forward network'))")
     assert _click_point(pg, "layers", "d === 'dec.2.self_attn'") == "dec.2.self_attn"
     pg.wait_for_function("() => location.search.includes('block=dec.2.self_attn')")
-    pg.get_by_text("Decoding as a search").scroll_into_view_if_needed()
+    titles = "() => [...document.querySelectorAll('.gtitle')].map(e => e.textContent)"
+    assert not any(t.startswith("Beam search tree") for t in pg.evaluate(titles))  # drawn when opened
+    pg.get_by_text(TREE_SECTION, exact=True).click()
+    pg.wait_for_function("() => location.search.includes('open_tree=true')")
     node = _click_point(pg, "kept", "true")
     assert isinstance(node, int)
     pg.get_by_text("Forced:").wait_for()
