@@ -28,10 +28,13 @@ text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", value=examples[0][0],
 cleaned = ui.sentence_or_stop(text)
 
 
-@st.cache_data(max_entries=32, show_spinner="Running the model…")
+@st.cache_resource(max_entries=32, show_spinner="Running the model…")
 def _walk(direction: str, text: str):
     """All the first screen needs: one beam search (the translation and its tree are the same decode) and one
-    traced teacher-forced pass over its output (every block, the lesson's numbers, the logit lens)."""
+    traced teacher-forced pass over its output (every block, the lesson's numbers, the logit lens).
+
+    A shared resource, not ``st.cache_data``: the page and the figures only read these values, and a copy per
+    rerun would pickle the trace's tensors on the first draw and unpickle them on every click."""
     t = load_translator(direction)
     tree = t.beam_tree(text, beam_size=4, length_penalty=0.6)
     lens = t.logit_lens(text, k=5, output_ids=tree.translation.output_ids)
