@@ -3,7 +3,9 @@ moves the step in the URL, a click on a box of the drawn Figure 1 selects its bl
 forces its prefix (AppTest cannot click a chart: Streamlit returns scatter-point clicks from the browser only)."""
 from __future__ import annotations
 
-from e2e_harness import page_url, screenshot, wait_ready
+import os
+
+from e2e_harness import SCREENSHOTS, page_url, wait_ready
 
 PAGE = "pages/10_Figure_1.py"
 #: the label of the closed section that draws the beam-search tree
@@ -18,6 +20,14 @@ _POINT = """([name, test]) => {
   const fl = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + fl._size.l + fl.xaxis.l2p(t.x[i]), r.top + fl._size.t + fl.yaxis.l2p(t.y[i]), t.customdata[i]];
 }"""
+
+
+def _viewport_shot(pg, name: str) -> None:
+    """The view as the student sees it (the 1366x768 viewport, above the fold), when AIAYN_SCREENSHOTS=1."""
+    if os.environ.get("AIAYN_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        pg.wait_for_timeout(800)
+        pg.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
 
 
 def _click_point(pg, name: str, test: str):
@@ -44,7 +54,6 @@ def test_lesson_architecture_and_tree_clicks(server, page):
     pg.wait_for_function("() => location.search.includes('step=3')")
     wait_ready(pg)
     assert pg.get_by_text("Step 3 of 14").count() == 1 and "block=enc.pe" in pg.url
-    screenshot(pg, "figure1_lesson")
     assert _click_point(pg, "blocks", "d === 'dec.1.ffn'") == "dec.1.ffn"
     pg.wait_for_function("() => location.search.includes('block=dec.1.ffn')")
     pg.wait_for_function("() => [...document.querySelectorAll('.gtitle')].some(e => "
@@ -58,6 +67,8 @@ def test_lesson_architecture_and_tree_clicks(server, page):
     node = _click_point(pg, "kept", "true")
     assert isinstance(node, int)
     pg.get_by_text("Forced:").wait_for()
+    pg.mouse.move(700, 30)  # no hover label over the tree
+    _viewport_shot(pg, "10_figure_1_tree")
     assert not pg.console_errors()
 
 
@@ -78,4 +89,41 @@ def test_lens_and_decodings_drawn_when_their_sections_open(server, page):
     pg.get_by_role("cell", name="sampled", exact=True).wait_for()
     wait_ready(pg)
     assert pg.get_by_role("cell", name="greedy", exact=True).count() == 1
+    assert not pg.console_errors()
+
+
+def test_lesson_step_above_the_fold_normal_and_presenter(server, page):
+    """At 1366x768 the lesson's step box sits beside the drawn Figure 1, its text first; in presenter mode (large
+    type) the two are stacked, the step's text above the figure."""
+    pg = page
+    pg.set_viewport_size({"width": 1366, "height": 768})
+    box_and_figure = """() => {
+      const box = [...document.querySelectorAll('[data-testid=stLayoutWrapper]')]
+        .filter(e => e.innerText.trim().startsWith('Step 5 of 14')).pop();  // the bordered box itself
+      const fig = document.querySelector('.st-key-architecture');
+      if (!box || !fig) return null;
+      const a = box.getBoundingClientRect(), b = fig.getBoundingClientRect();
+      return [a.left, a.top, a.right, a.bottom, b.left, b.top, b.right, b.bottom];
+    }"""
+    for query, name in (("step=5", "10_figure_1_lesson"), ("step=5&presenter=true", "presenter_figure_1_lesson")):
+        pg.goto(page_url(server, PAGE, query))
+        wait_ready(pg)
+        pg.wait_for_function(f"() => ({box_and_figure})() !== null")
+        bl, bt, br, bb, fl, ft, fr, fb = pg.evaluate(box_and_figure)
+        if "presenter" in query:
+            assert bb <= ft + 1, "presenter mode: the step's text above the figure"
+        else:
+            assert br <= fl + 1 and bt < fb and ft < bb, "normal mode: the step's text beside the figure"
+        assert bt < 768, "the step's box starts above the fold"
+        _viewport_shot(pg, name)
+    # the lesson's last step (beam search: "the tree below") opens the tree's section, in the URL too
+    pg.goto(page_url(server, PAGE, "step=13&presenter=true"))
+    wait_ready(pg)
+    pg.get_by_role("button", name="Next →").click()
+    pg.wait_for_function("() => location.search.includes('step=14') && location.search.includes('open_tree=true')")
+    wait_ready(pg)
+    pg.wait_for_function("() => [...document.querySelectorAll('.gtitle')].some(e => "
+                         "e.textContent.startsWith('Beam search tree'))")
+    pg.locator(".st-key-beam_tree").scroll_into_view_if_needed()
+    _viewport_shot(pg, "presenter_figure_1_tree")
     assert not pg.console_errors()
