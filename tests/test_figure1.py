@@ -86,6 +86,8 @@ def test_page_opens_and_every_block_draws(checkpoints):
     assert not at.exception
     found = charts(at)
     assert {"architecture", "block_heatmap", "block_metrics"} == set(found)
+    picked = [t for t in found["architecture"]["data"] if "markers" in t.get("mode", "")]  # the clickable points
+    assert len(picked) == 2 and all(t["unselected"]["marker"]["opacity"] == 1 for t in picked)  # not faded on a click
     # the first draw leaves the beam tree, the logit lens and the greedy / sampled decodes to their sections,
     # drawn when opened; the tree's one-line summary is there
     assert len(at.table) == 0 and "force" not in [w.key for w in at.selectbox]

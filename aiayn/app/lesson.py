@@ -55,8 +55,10 @@ def picking_chart(fig, options: Sequence, *, key: str, target_key: str, filename
             st.session_state[target_key] = chosen
 
     prepare_figure(fig)
-    # plotly fades every point but the clicked one; the figure's own highlight says what is selected
-    fig.update_traces(unselected=dict(marker=dict(opacity=1), textfont=dict(color="#333333")),
-                      selector=lambda t: t.type == "scatter" and "markers" in (t.mode or ""))
+    # plotly fades every point but the clicked one; the figure's own highlight says what is selected (set trace by
+    # trace: update_traces' selector machinery costs several times more on every rerun)
+    for trace in fig.data:
+        if trace.type == "scatter" and "markers" in (trace.mode or ""):
+            trace.unselected = dict(marker=dict(opacity=1), textfont=dict(color="#333333"))
     st.plotly_chart(fig, width="stretch", config=plotly_config(filename), key=key, theme="streamlit",
                     on_select=picked, selection_mode="points")
