@@ -17,6 +17,10 @@ With ``return_attention=True`` the attention row of each new decoder position is
 at the end, the rows of each returned hypothesis are followed back through the beam's back-pointers and
 stitched into full maps: decoder ``(L, 1, H, T, T)`` (zeros above the diagonal), cross ``(L, 1, H, T, S)``.
 They equal the maps of a teacher-forced forward pass over the same output.
+With ``next_k`` the same back-pointers carry each step's ``next_k`` most probable next pieces and the log-probability
+of the piece taken (:class:`StepTopK`): the next-piece probabilities the explorer shows, equal to a teacher-forced
+pass's up to float32 rounding, without running that pass (for a 58,101-piece vocabulary it cost about a fifth of a
+class's batch; docs/benchmarks.md).
 
 ``head_mask`` ``(3, L, H)`` (head ablation, Michel et al. 2019; see :meth:`Transformer.forward`) is validated
 once and passed to the encoder and to every decoding step, with or without the cache.
@@ -30,6 +34,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 from torch import Tensor
 
+from .model.attention import KVCache
 from .model.maps import AttentionMaps
 from .model.transformer import DecoderCache, EncoderOutput, Transformer
 
@@ -44,6 +49,8 @@ class Hypothesis:
         score: ``log_prob / lp(T)``, the length-normalised score beams are ranked by.
         finished: True if the hypothesis ended with EOS; False if it hit the maximum length.
         attention: maps for this hypothesis alone (B=1) when requested, else None.
+        next_pieces: the search's own most probable next pieces at each of its T positions (:class:`StepTopK`)
+            when requested (``next_k``), else None.
     """
 
     tokens: list[int]
@@ -51,6 +58,25 @@ class Hypothesis:
     score: float
     finished: bool
     attention: AttentionMaps | None = None
+    next_pieces: "StepTopK | None" = None
+
+
+class StepTopK(NamedTuple):
+    """The model's most probable next pieces at each output position of one hypothesis, read from the log-softmax
+    each beam step computes anyway (Section 3.4), so no second, teacher-forced pass is needed: row t is the
+    distribution after the decoder was fed the start piece and ``tokens[:t]`` (what a teacher-forced pass over the
+    hypothesis gives, up to float32 rounding). Taken before padding and the start piece are banned and before a
+    forced prefix narrows the choice: the model's own distribution.
+
+    Attributes:
+        ids: ``(T, k)`` int64, most probable first.
+        log_probs: ``(T, k)`` float32 natural-log probabilities of ``ids``.
+        chosen_log_prob: ``(T,)`` float32 log-probability of the piece the hypothesis took at each position.
+    """
+
+    ids: Tensor
+    log_probs: Tensor
+    chosen_log_prob: Tensor
 
 
 #: beam option -> (name in messages, command-line flag, the rule it breaks)
@@ -112,29 +138,53 @@ def _max_lengths(src: Tensor, pad_id: int, max_len: int | None, extra: int, limi
 
 
 class _AttentionTrace:
-    """Per-step attention rows plus beam back-pointers, stitched into full maps at the end."""
+    """Per-step attention rows (``maps``) and top-``next_k`` next pieces plus beam back-pointers, stitched per
+    hypothesis at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, maps: bool = True, next_k: int = 0) -> None:
+        self.maps, self.next_k = maps, next_k
         self.self_rows: list[Tensor] = []  # step t: (L, N, H, t + 1)
         self.cross_rows: list[Tensor] = []  # step t: (L, N, H, S)
         self.origins: list[Tensor] = []  # after step t: (N,) row in step t that new row j came from
+        self.top: list[tuple[Tensor, Tensor]] = []  # step t: ids (N, k), log-probabilities (N, k)
+        self.taken: list[dict[tuple[int, int], float]] = []  # step t: (row, id chosen from it) -> its log p
 
     def add(self, self_weights: Tensor, cross_weights: Tensor) -> None:
         self.self_rows.append(self_weights[:, :, :, -1].detach().float().cpu())
         self.cross_rows.append(cross_weights[:, :, :, -1].detach().float().cpu())
 
-    def stitch(self, step: int, row: int, enc: EncoderOutput, sentence: int) -> AttentionMaps:
-        """Maps of the hypothesis whose last prediction came from ``row`` at ``step``."""
+    def add_top(self, top: Any, k: int) -> None:
+        """The first ``k`` of step ``t``'s ``torch.topk`` result over the rows' log-probabilities (sorted)."""
+        self.top.append((top.indices[:, :k].cpu(), top.values[:, :k].float().cpu()))
+
+    def add_taken(self, logp: Tensor, rows: Sequence[int], ids: Sequence[int]) -> None:
+        """Remember ``logp[rows[j], ids[j]]``: the log-probability of each continuation step ``t`` chose."""
+        values = logp[torch.tensor(rows, device=logp.device), torch.tensor(ids, device=logp.device)].float().tolist()
+        self.taken.append(dict(zip(zip(rows, ids), values)))
+
+    def _rows(self, step: int, row: int) -> list[int]:
+        """The row at each step ``0 .. step`` of the hypothesis whose last prediction came from ``row`` at ``step``."""
+        rows = [row]
+        for s in range(step, 0, -1):
+            rows.append(int(self.origins[s - 1][rows[-1]]))
+        return rows[::-1]
+
+    def stitch_next(self, step: int, row: int, tokens: Sequence[int]) -> StepTopK:
+        """:class:`StepTopK` of the hypothesis ``tokens`` whose last prediction came from ``row`` at ``step``."""
+        rows = self._rows(step, row)
+        ids = torch.stack([self.top[s][0][r] for s, r in enumerate(rows)])
+        log_probs = torch.stack([self.top[s][1][r] for s, r in enumerate(rows)])
+        chosen = torch.tensor([self.taken[s][(r, int(tokens[s]))] for s, r in enumerate(rows)], dtype=torch.float32)
+        return StepTopK(ids, log_probs, chosen)
+
+    def stitch(self, step: int, row: int, enc: EncoderOutput, sentence: int) -> AttentionMaps | None:
+        """Maps of the hypothesis whose last prediction came from ``row`` at ``step`` (None: maps not traced)."""
+        if not self.maps:
+            return None
         T = step + 1
-        rows_self, rows_cross = [], []
-        r = row
-        for s in range(step, -1, -1):
-            rows_self.append(self.self_rows[s][:, r])
-            rows_cross.append(self.cross_rows[s][:, r])
-            if s > 0:
-                r = int(self.origins[s - 1][r])
-        rows_self.reverse()
-        rows_cross.reverse()
+        rows = self._rows(step, row)
+        rows_self = [self.self_rows[s][:, r] for s, r in enumerate(rows)]
+        rows_cross = [self.cross_rows[s][:, r] for s, r in enumerate(rows)]
         L, H = rows_self[0].shape[0], rows_self[0].shape[1]
         dec = torch.zeros(L, 1, H, T, T)
         for s, rs in enumerate(rows_self):
@@ -145,18 +195,30 @@ class _AttentionTrace:
         return AttentionMaps(encoder=encoder, decoder=dec, cross=cross, src_lengths=[s_len], tgt_lengths=[T])
 
 
+def _init_cache(model: Transformer, enc: EncoderOutput) -> DecoderCache:
+    """:meth:`Transformer.init_cache` with the encoder keys and values of every cross-attention laid out
+    contiguously, once: as head-split views of one projection ``(B, H, S, d_k)`` they cannot be folded into a batched
+    matrix product as they are, so every step's ``q k^T`` and ``weights v`` copied all of them again (the same values;
+    only the order of the float32 sums may differ)."""
+    cache = model.init_cache(enc)
+    cross = [KVCache(c.k.contiguous(), c.v.contiguous()) for c in cache.cross_kv]
+    return DecoderCache(cache.self_kv, cross, cache.length)
+
+
 def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cache: bool, capture: bool,
-          head_mask: Tensor | None = None):
-    """Log-probabilities of the next token for every row, ``(N, V)``, plus updated cache and attention."""
+          head_mask: Tensor | None = None, top_k: int = 0):
+    """Log-probabilities of the next token for every row, ``(N, V)``, plus updated cache and attention, and (for
+    ``top_k`` > 0) the sorted ``torch.topk`` of each row's own log-probabilities, taken before the bans below."""
     if use_cache:
         out = model.decode(tokens[:, -1:], enc, need_weights=capture, cache=cache, head_mask=head_mask)
     else:
         out = model.decode(tokens, enc, need_weights=capture, head_mask=head_mask)
     logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    top = logp.topk(min(top_k, logp.size(-1)), dim=-1) if top_k > 0 else None
     # Never predict padding or BOS (not renormalised: scores stay the model's own log-probabilities).
     logp[:, model.cfg.pad_id] = float("-inf")
     logp[:, model.cfg.decoder_start_id] = float("-inf")  # the start token: BOS (ours), pad (Opus-MT)
-    return logp, out
+    return logp, out, top
 
 
 @torch.inference_mode()
@@ -200,7 +262,7 @@ def greedy_decode(
     enc = model.encode(src, need_weights=return_attention, head_mask=head_mask)
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
     tokens = torch.full((B, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device)
-    cache = model.init_cache(enc) if use_cache else None
+    cache = _init_cache(model, enc) if use_cache else None
     trace = _AttentionTrace() if return_attention else None
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
     log_prob = torch.zeros(B, dtype=torch.float64)
@@ -208,7 +270,7 @@ def greedy_decode(
     end_step = [0] * B
     finished = [False] * B
     for t in range(max(limits)):
-        logp, out = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
+        logp, out, _ = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
         cache = out.cache
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
@@ -312,15 +374,48 @@ def _expand_sentence(i: int, top_scores: Tensor, top_idx: Tensor, V: int, K: int
     return alive
 
 
-def _choose(beams: _Beams, logp: Tensor, t: int, limits: list[int], alpha: float, eos: int,
+class _Candidates(NamedTuple):
+    """The ``2K`` best continuations of each sentence at one step, best first: ``scores`` ``(A, 2K)`` float64
+    cumulative log-probabilities (``-inf``: none), ``idx`` ``(A, 2K)`` int64 ``k * V + id`` (``k``: the sentence's
+    row it continues), ``V`` the vocabulary size."""
+
+    scores: Tensor
+    idx: Tensor
+    V: int
+
+
+def _candidates(beams: _Beams, top: Any, V: int, banned: tuple[int, ...], forced: list[list[int]] | None,
+                logp: Tensor, t: int) -> _Candidates:
+    """Each sentence's ``2K`` best continuations, ranked by cumulative log-probability, from each row's best pieces
+    ``top`` (``torch.topk`` of the rows' log-probabilities, at least ``2K + len(banned)`` per row): a continuation
+    among a sentence's ``2K`` best is among its own row's ``2K`` best, so ranking ``K x (2K + 2)`` candidates gives
+    what ranking all ``K x V`` gave (two candidates of exactly equal score may come in another order), without a
+    second pass over the ``(A * K, V)`` scores. ``banned`` pieces (padding, the start piece) are never candidates;
+    the rows of a sentence still within its forced prefix (``forced``, step ``t``) have one: the prefix's piece, with
+    its log-probability from ``logp``."""
+    A, K = beams.scores.shape
+    vals, ids = top.values.clone(), top.indices.clone()
+    for b in banned:
+        vals.masked_fill_(ids == b, float("-inf"))
+    for i, b in enumerate(beams.active if forced is not None else []):
+        if t < len(forced[b]):
+            rows, w = slice(i * K, (i + 1) * K), forced[b][t]
+            vals[rows] = float("-inf")
+            vals[rows, 0], ids[rows, 0] = logp[rows, w], w
+    c = vals.size(-1)
+    cand = (beams.scores.to(device=vals.device, dtype=vals.dtype)[:, :, None] + vals.view(A, K, c)).view(A, K * c)
+    scores, pos = cand.topk(min(2 * K, K * c), dim=-1)
+    idx = torch.div(pos, c, rounding_mode="floor") * V + ids.view(A, K * c).gather(1, pos)
+    return _Candidates(scores.double().cpu(), idx.cpu(), V)
+
+
+def _choose(beams: _Beams, cands: _Candidates, t: int, limits: list[int], alpha: float, eos: int,
             ended: list[list[EndedHypothesis]], done: list[bool]) -> _Choice:
-    """One step of beam search over ``logp`` ``(A * K, V)``: the ``2K`` best continuations per sentence, ended
+    """One step of beam search over the ``2K`` best continuations per sentence (:func:`_candidates`): ended
     hypotheses moved to ``ended``, sentences that are done marked in ``done``."""
     A, K = beams.scores.shape
-    V, N = logp.size(-1), A * K
-    cand = (beams.scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(A, K, V)).view(A, K * V)
-    top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)
-    top_scores, top_idx = top_scores.double().cpu(), top_idx.cpu()
+    V, N = cands.V, A * K
+    top_scores, top_idx = cands.scores, cands.idx
     choice = _Choice(torch.arange(N), torch.full((N,), eos, dtype=torch.long),
                      torch.full((A, K), float("-inf"), dtype=torch.float64), list(beams.history))
     for i, b in enumerate(beams.active):
@@ -360,18 +455,16 @@ class BeamRecord(NamedTuple):
     score: float | None
 
 
-def _record(recorder: list, beams: _Beams, choice: _Choice, logp: Tensor, t: int,
+def _record(recorder: list, beams: _Beams, choice: _Choice, cands: _Candidates, logp: Tensor, t: int,
             ended: list[list[EndedHypothesis]], n_ended: list[int]) -> None:
     """Append a :class:`BeamRecord` per candidate of step ``t`` that :func:`_choose` weighed; ``n_ended``: how many
     ended hypotheses each sentence had before the step."""
-    A, K = beams.scores.shape
-    V = logp.size(-1)
-    cand = (beams.scores.to(device=logp.device, dtype=logp.dtype)[:, :, None] + logp.view(A, K, V)).view(A, K * V)
-    top_scores, top_idx = (x.cpu() for x in cand.topk(min(2 * K, K * V), dim=-1))
+    K = beams.scores.size(1)
+    V, top_scores, top_idx = cands.V, cands.scores, cands.idx
     for i, b in enumerate(beams.active):
         kept = {tuple(choice.history[i * K + a]) for a in range(K) if choice.scores[i, a] > float("-inf")}
         gone = {tuple(e.tokens): e for e in ended[b][n_ended[b]:]}
-        for s, idx in zip(top_scores[i].double().tolist(), top_idx[i].tolist()):
+        for s, idx in zip(top_scores[i].tolist(), top_idx[i].tolist()):
             if s == float("-inf"):
                 break
             k, w = divmod(idx, V)
@@ -400,18 +493,6 @@ def _check_prefix(prefix: Sequence[Sequence[int]], B: int, limits: list[int], cf
             raise ValueError(f"prefix {b} has {len(ids)} pieces but at most {limits[b]} output pieces are allowed")
         out.append(ids)
     return out
-
-
-def _force(logp: Tensor, active: list[int], K: int, forced: list[list[int]], t: int) -> None:
-    """In place: the rows of each sentence still within its prefix may only continue with the prefix's id at
-    step ``t`` (its log-probability unchanged, every other id ``-inf``)."""
-    for i, b in enumerate(active):
-        if t < len(forced[b]):
-            w = forced[b][t]
-            rows = logp[i * K : (i + 1) * K]
-            keep = rows[:, w].clone()
-            rows.fill_(float("-inf"))
-            rows[:, w] = keep
 
 
 def _advance(beams: _Beams, choice: _Choice, done: list[bool], cache: DecoderCache | None,
@@ -455,6 +536,7 @@ def beam_search(
     head_mask: Tensor | None = None,
     prefix: Sequence[Sequence[int]] | None = None,
     recorder: list | None = None,
+    next_k: int = 0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Section 6.1), best first.
 
@@ -476,6 +558,10 @@ def beam_search(
         recorder: a list the search appends one :class:`BeamRecord` to per candidate it weighs (the ``2K`` best
             continuations of each step, see :class:`BeamRecord`), or None (default: nothing recorded, nothing
             computed for it). :func:`aiayn.beam_tree.build_tree` makes a tree of them.
+        next_k: for ``next_k`` > 0, each returned hypothesis' ``next_pieces``: the ``next_k`` most probable next
+            pieces at each of its positions and the log-probability of the piece it took (:class:`StepTopK`), read
+            from each step's own log-softmax along the back-pointers (what a teacher-forced pass over the output
+            gives, without running one); 0 (default): None.
 
     Returns:
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
@@ -483,36 +569,43 @@ def beam_search(
     Raises:
         ValueError: a bad beam option (:func:`check_beam_options`), ``n_best`` above ``beam_size``, a bad
             ``head_mask``, a bad ``prefix`` (not ``B`` lists, an id outside the vocabulary, padding, the start
-            piece, ``</s>`` before the end, longer than the sentence's maximum output length).
+            piece, ``</s>`` before the end, longer than the sentence's maximum output length), ``next_k`` not a
+            whole number >= 0.
     """
     check_beam_options(beam_size=beam_size, length_penalty=length_penalty_alpha, max_len=max_len, n_best=n_best)
+    if not isinstance(next_k, int) or isinstance(next_k, bool) or next_k < 0:
+        raise ValueError(f"next_k must be a whole number >= 0 (0: no next pieces), got {next_k!r}")
     if n_best > beam_size:
         raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
     cfg = model.cfg
     B, K = src.size(0), beam_size
     head_mask = model.check_head_mask(head_mask)
     enc0 = model.encode(src, need_weights=return_attention, head_mask=head_mask)
-    enc = EncoderOutput(enc0.memory, enc0.src_mask).index_select(torch.arange(B, device=src.device).repeat_interleave(K))
+    memory = EncoderOutput(enc0.memory, enc0.src_mask)
+    rows = torch.arange(B, device=src.device).repeat_interleave(K)  # sentence b owns rows b*K .. b*K + K - 1
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
     scores[:, 0] = 0.0  # all K rows start identical: expand only the first
+    # the cross-attention keys and values are projected once per sentence, then copied to its K rows (contiguous)
     beams = _Beams(list(range(B)), scores, [[] for _ in range(B * K)],
-                   torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device), enc,
-                   model.init_cache(enc) if use_cache else None)
+                   torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device),
+                   memory.index_select(rows), model.init_cache(memory).index_select(rows) if use_cache else None)
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
     forced = _check_prefix(prefix, B, limits, cfg) if prefix is not None else None
-    trace = _AttentionTrace() if return_attention else None  # the maps stay on enc0, for stitching
+    # the maps stay on enc0, for stitching
+    trace = _AttentionTrace(maps=return_attention, next_k=next_k) if return_attention or next_k else None
     ended: list[list[EndedHypothesis]] = [[] for _ in range(B)]
     done = [False] * B
+    banned = tuple(sorted({cfg.pad_id, cfg.decoder_start_id}))  # never predicted (see _step)
     for t in range(max(limits)):
-        logp, out = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention, head_mask)
+        logp, out, top = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention, head_mask,
+                               max(next_k, 2 * K + len(banned)))
+        cands = _candidates(beams, top, logp.size(-1), banned, forced, logp, t)
+        n_ended = [len(e) for e in ended]
+        choice = _choose(beams, cands, t, limits, length_penalty_alpha, cfg.eos_id, ended, done)
         if trace is not None:
-            trace.add(out.self_weights, out.cross_weights)
-        if forced is not None:
-            _force(logp, beams.active, K, forced, t)
-        n_ended = [len(e) for e in ended] if recorder is not None else []
-        choice = _choose(beams, logp, t, limits, length_penalty_alpha, cfg.eos_id, ended, done)
+            _trace_step(trace, out, top, logp, choice, [e for b in beams.active for e in ended[b][n_ended[b]:]])
         if recorder is not None:
-            _record(recorder, beams, choice, logp, t, ended, n_ended)
+            _record(recorder, beams, choice, cands, logp, t, ended, n_ended)
         if not _advance(beams, choice, done, out.cache if use_cache else None, trace):
             break
     return [_n_best(ended[b], n_best, trace, enc0, b) for b in range(B)]
@@ -523,5 +616,19 @@ def _n_best(ended: list[EndedHypothesis], n_best: int, trace: _AttentionTrace | 
     """The ``n_best`` highest-scoring ended hypotheses of ``sentence`` as :class:`Hypothesis`, with their stitched
     maps when traced."""
     ranked = sorted(ended, key=lambda e: -e.score)[:n_best]
-    return [Hypothesis(e.tokens, e.log_prob, e.score, e.finished,
-                       trace.stitch(e.step, e.row, enc0, sentence) if trace is not None else None) for e in ranked]
+    if trace is None:
+        return [Hypothesis(e.tokens, e.log_prob, e.score, e.finished) for e in ranked]
+    return [Hypothesis(e.tokens, e.log_prob, e.score, e.finished, trace.stitch(e.step, e.row, enc0, sentence),
+                       trace.stitch_next(e.step, e.row, e.tokens) if trace.next_k else None) for e in ranked]
+
+
+def _trace_step(trace: _AttentionTrace, out: Any, top: Any, logp: Tensor, choice: _Choice,
+                new_ended: list[EndedHypothesis]) -> None:
+    """Keep what stitching needs of one step: the new decoder position's attention rows, the rows' top-k next
+    pieces and the log-probability of every continuation the step chose (kept rows and hypotheses that ended)."""
+    if trace.maps:
+        trace.add(out.self_weights, out.cross_weights)
+    if trace.next_k:
+        trace.add_top(top, trace.next_k)
+        trace.add_taken(logp, choice.rows.tolist() + [e.row for e in new_ended],
+                        choice.tok.tolist() + [e.tokens[-1] for e in new_ended])

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from . import calls
@@ -19,7 +20,7 @@ from .checkpoint import SPM_FILE, load_checkpoint
 from .checkpoint_format import DEFAULT_CHECKPOINTS_DIR
 from .beam_tree import BeamTree, build_tree
 from .block_trace import BlockTrace, LensTable
-from .decoding import Hypothesis, beam_search, check_beam_options, greedy_decode
+from .decoding import Hypothesis, StepTopK, beam_search, check_beam_options, greedy_decode
 from .devices import pick_device
 from .marian_tokenizer import MarianSentencePiece, is_marian_checkpoint
 from .model.transformer import Transformer
@@ -109,6 +110,7 @@ class Translator:
         return_attention: bool = True,
         head_mask: Any = None,
         prefixes: Sequence[str | Sequence[int] | None] | None = None,
+        next_k: int = 0,
     ) -> list[Translation]:
         """Translate several texts in one batch (beam search, Section 6.1; ``beam_size=1`` is greedy).
 
@@ -125,12 +127,17 @@ class Translator:
                 or numpy array; 1/True keeps a head, 0/False removes its output (before ``W^O``), a float scales
                 it. The maps of a removed head are still computed. None (default) and all ones give the same.
             prefixes: prefix-constrained decoding: one prefix per text (see :meth:`translate`'s ``prefix``), or None.
+            next_k: for ``next_k`` > 0, ``Translation.next_pieces``: the ``next_k`` most probable next pieces at each
+                output position and the probability of the piece taken, from the search's own log-probabilities
+                (:class:`~aiayn.decoding.StepTopK`; equal to a teacher-forced pass over the output up to float32
+                rounding); 0 (default): None.
 
         Raises:
             ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings
                 (``beam_size``, ``n_best`` or ``max_len`` not a positive integer, ``length_penalty`` negative or
                 not finite), a
-                ``head_mask`` of the wrong shape or dtype, a bad prefix (:meth:`translate`).
+                ``head_mask`` of the wrong shape or dtype, a bad prefix (:meth:`translate`), ``next_k`` not a whole
+                number >= 0.
         """
         if isinstance(texts, str):
             raise ValueError("translate_batch takes a list of texts; use translate() for one text")
@@ -138,7 +145,7 @@ class Translator:
             return []
         return self._beam(texts, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best,
                           use_cache=use_cache, return_attention=return_attention, head_mask=head_mask,
-                          prefixes=prefixes)
+                          prefixes=prefixes, next_k=next_k)
 
     def _encode_all(self, texts: Sequence[str]) -> list[calls.Encoded]:
         encoded = []
@@ -170,7 +177,7 @@ class Translator:
 
     def _beam(self, texts: Sequence[str], *, beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
               use_cache: bool, return_attention: bool, head_mask: Any, prefixes: Any = None,
-              recorder: list | None = None) -> list[Translation]:
+              recorder: list | None = None, next_k: int = 0) -> list[Translation]:
         """Beam search over ``texts`` (checked, encoded, autocast) through :func:`aiayn.decoding.beam_search`."""
         check_beam_options(beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best)
         head_mask = self.model.check_head_mask(head_mask)
@@ -184,7 +191,7 @@ class Translator:
             results = beam_search(self.model, src, beam_size=beam_size, length_penalty_alpha=length_penalty,
                                   max_len=max_len, n_best=min(n_best, beam_size), use_cache=use_cache,
                                   return_attention=return_attention, head_mask=head_mask, prefix=forced,
-                                  recorder=recorder)
+                                  recorder=recorder, next_k=next_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
         out = [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(encoded, results)]
         for tr, ids in zip(out, forced or []):
@@ -284,7 +291,14 @@ class Translator:
             nbest=[(self.tokenizer.decode(h.tokens), h.score) for h in hyps],
             elapsed_ms=elapsed,
             batch_size=batch_size,
+            next_pieces=None if best.next_pieces is None else self._next_pieces(best.next_pieces),
         )
+
+    def _next_pieces(self, top: StepTopK) -> NextPieces:
+        """:class:`~aiayn.translation.NextPieces` (pieces, probabilities) of a hypothesis' :class:`StepTopK`."""
+        return NextPieces(pieces=[self.pieces(row) for row in top.ids.tolist()],
+                          probs=top.log_probs.exp().numpy().astype(np.float32),
+                          chosen_prob=top.chosen_log_prob.exp().numpy().astype(np.float32))
 
     def trace(self, text: str, reference: str | None = None, *, beam_size: int = 4, length_penalty: float = 0.6,
               output_ids: Sequence[int] | None = None) -> BlockTrace:

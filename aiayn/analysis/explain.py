@@ -1,9 +1,9 @@
 """One sentence explained: its translation, every attention map and the next-piece probabilities.
 
-The job of this module is to run the model once for a page: free-running (beam search, Section 6.1, then
-a teacher-forced pass over the model's own output for the next-piece probabilities) or teacher-forced (a
-reference fed to the decoder, as in training), and to return one :class:`~aiayn.translator.Translation`
-holding everything the app shows: pieces (``src_tokens``, ``decoder_input_tokens``, ``output_tokens``), the
+The job of this module is to run the model once for a page: free-running (beam search, Section 6.1, whose own
+log-softmax at each step gives the next-piece probabilities, carried along the beam's back-pointers) or
+teacher-forced (a reference fed to the decoder, as in training), and to return one
+:class:`~aiayn.translator.Translation` holding everything the app shows: pieces (``src_tokens``, ``decoder_input_tokens``, ``output_tokens``), the
 B=1 :class:`~aiayn.model.maps.AttentionMaps` on the CPU, and the top-k next pieces at every step
 (:class:`~aiayn.translation.NextPieces`). Torch is imported inside the functions, so that
 ``import aiayn.analysis`` stays light.
@@ -62,9 +62,11 @@ def explain(
     """Translate (or teacher-force) one sentence and return everything the app shows about it.
 
     Free-running (``reference`` None): beam search (Section 6.1; beam size ``beam_size``, length penalty
-    alpha ``length_penalty``), then a teacher-forced pass over the model's own output ids
-    (:func:`forced_probs_batch`) for the next-piece probabilities at every step. Teacher-forced (``reference``
-    given): :meth:`~aiayn.translator.Translator.force` feeds the reference to the decoder. ``head_mask``
+    alpha ``length_penalty``); the next-piece probabilities at every step are the search's own (each step's
+    log-softmax, followed along the back-pointers: ``next_k`` of :meth:`~aiayn.translator.Translator.translate_batch`),
+    what a teacher-forced pass over the output ids (:func:`forced_probs_batch`) gives up to float32 rounding.
+    Teacher-forced (``reference`` given): :meth:`~aiayn.translator.Translator.force` feeds the reference to the
+    decoder. ``head_mask``
     (``(3, L, H)``: encoder, decoder self, cross; 1 keeps a head, 0 removes its output, a float scales it;
     tensor, list, tuple or numpy array) ablates heads in every pass; the maps of a removed head are still
     computed (what it would attend to). ``prefix`` (free-running only): prefix-constrained decoding, the output
@@ -105,8 +107,8 @@ def explain_batch(
     prefixes: Sequence[str | Sequence[int] | None] | None = None,
 ) -> list["Translation"]:
     """:func:`explain` (free-running) of several sentences at once: one beam search over the batch
-    (:meth:`~aiayn.translator.Translator.translate_batch`) and one teacher-forced pass over the outputs
-    (:func:`forced_probs_batch`). Used to decode the sentences of several app sessions together
+    (:meth:`~aiayn.translator.Translator.translate_batch`), which also gives each step's top-``k`` next pieces (no
+    second, teacher-forced pass). Used to decode the sentences of several app sessions together
     (:class:`aiayn.serving.DecodeQueue`).
 
     ``prefixes``: one forced prefix per text, or None (:meth:`~aiayn.translator.Translator.translate_batch`).
@@ -122,14 +124,10 @@ def explain_batch(
         ValueError: an empty text (names its index), bad beam settings, a bad ``head_mask``.
     """
     ts = tr.translate_batch(list(texts), beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
-                            n_best=n_best, return_attention=True, head_mask=head_mask, prefixes=prefixes)
-    done = [i for i, t in enumerate(ts) if t.output_ids]
-    probs: list[np.ndarray | None] = [None] * len(ts)
-    if done:
-        for i, p in zip(done, forced_probs_batch(tr, [ts[i].src_ids for i in done], [ts[i].output_ids for i in done],
-                                                 head_mask=head_mask)):
-            probs[i] = p
-    return [_explained(tr, t, p, k) for t, p in zip(ts, probs)]
+                            n_best=n_best, return_attention=True, head_mask=head_mask, prefixes=prefixes,
+                            next_k=max(1, int(k)))
+    return [replace(t, attention=t.attention.cpu() if t.attention is not None else None,
+                    next_pieces_note=None if t.output_ids else "the output is empty") for t in ts]
 
 
 def _explained(tr: "Translator", t: "Translation", probs: np.ndarray | None, k: int) -> "Translation":
