@@ -140,3 +140,21 @@ def test_next_piece_bars_show_each_decodings_chosen_probabilities(checkpoints, t
     want = lp.gather(-1, torch.tensor(beam.output_ids)[:, None])[:, 0].exp().numpy()
     np.testing.assert_allclose(arr(bars[1]["y"]), want, rtol=1e-4)
     assert math.isclose(float(np.log(arr(bars[1]["y"])).sum()), beam.log_prob, rel_tol=1e-3, abs_tol=1e-3)
+
+
+def test_forced_node_survives_closing_the_tree_section(checkpoints, tiny_translator):
+    at = open_page(PAGE, {"text": TEXT, "open_tree": "true"})
+    tree = tiny_translator.beam_tree(TEXT, beam_size=4, length_penalty=0.6)
+    node = tree.nodes[-1].id
+    at.selectbox(key="force").set_value(node).run()
+    forced = [m.value for m in at.markdown if m.value.startswith("**Forced:**")]
+    assert len(forced) == 1
+    at.session_state["open_tree"] = False  # the student closes the section: its chart and picker are not drawn
+    del at.query_params["open_tree"]
+    at.run()
+    assert "beam_tree" not in charts(at) and "force" not in [w.key for w in at.selectbox]
+    at.session_state["open_tree"] = True
+    at.run()
+    assert at.selectbox(key="force").value == node and "beam_tree" in charts(at)
+    assert [m.value for m in at.markdown if m.value.startswith("**Forced:**")] == forced
+    assert not at.exception
