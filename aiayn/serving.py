@@ -13,8 +13,21 @@ and after: docs/benchmarks.md, "Classroom load test, third round".
 the caller takes the turn and runs the oldest waiting job together with every other waiting job that can share its
 batch (free-running, same decoding options, no head mask), up to ``max_batch``; otherwise it waits. When its batch
 is done, the runner hands each job its result and passes the turn to the oldest job still waiting (a background
-piece only when no normal job waits, below). A caller that finds the queue idle never waits for anyone and gets what
-a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of one). In a batch, sources are padded, so maps
+piece only when no normal job waits, below).
+
+**Gathering window.** A class's requests arrive within a fraction of a second of each other. Were the first one
+decoded at once, alone, the others would wait for it and run as a second batch: on the paper-size model (a
+58,101-piece vocabulary) that lone decode cost as much as a third of the whole batch. So a free-running sentence
+that finds the queue idle waits a moment before it runs: ``gather_ms`` for a second sentence (default
+:data:`DEFAULT_GATHER_MS`: what a lone user pays); once others have come, until none has arrived for
+``gather_gap_ms`` (:data:`DEFAULT_GATHER_GAP_MS`: a class's requests come in bursts); never longer than its batch
+takes to fill or ``gather_cap_ms`` (:data:`DEFAULT_GATHER_CAP_MS`). The sentences that arrive meanwhile share its
+beam search. Other jobs (:meth:`DecodeQueue.run`, background pieces, teacher-forced, ablated or prefix-forced
+sentences) never gather; a caller handed the turn by the previous runner does not either (the others gathered
+while that batch ran). The app's window is ``$AIAYN_GATHER_MS`` (:func:`aiayn.app.models.serving_gather_ms`).
+
+A caller that is decoded alone gets what a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of
+one). In a batch, sources are padded, so maps
 and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
 and n-best lists were the same for all 30 sentences measured, since only a near-exact tie between two hypotheses
 could flip; ``tests/test_serving.py`` holds a batch to 1e-5 and its texts to equality); ``Translation.batch_size``
@@ -32,6 +45,7 @@ waits for at most one piece. The long job itself, its progress and its cancellat
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -45,6 +59,14 @@ if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
 #: students sooner than batches of at most 16, where the last students waited for a second batch; with them the
 #: two were within noise (docs/benchmarks.md)
 DEFAULT_MAX_BATCH = 32
+#: the default gathering window (ms): how long a sentence that finds the queue idle waits for a second one (what a
+#: lone user pays); a class's second request came within 3-26 ms of its first (docs/benchmarks.md)
+DEFAULT_GATHER_MS = 30.0
+#: once two or more sentences wait, the window restarts at each arrival and lasts this long (ms): a class's requests
+#: came in bursts up to ~230 ms apart, so a shorter wait split the class into two batches (docs/benchmarks.md)
+DEFAULT_GATHER_GAP_MS = 300.0
+#: the longest a sentence that found the queue idle gathers (ms), however steadily others keep arriving
+DEFAULT_GATHER_CAP_MS = 1000.0
 
 
 @dataclass
@@ -90,17 +112,33 @@ class DecodeQueue:
     Args:
         translator: the :class:`~aiayn.translator.Translator` every job uses.
         max_batch: most sentences in one beam search (``>= 1``; 1 = never batch, still one job at a time).
+        gather_ms: the gathering window (milliseconds, ``>= 0``; 0 = none): a free-running sentence that finds the
+            queue idle waits up to ``gather_ms`` for a second one; once two or more wait, until none has arrived
+            for ``gather_gap_ms``; at most ``gather_cap_ms`` in all, and no longer than its batch takes to fill.
+            Then it is decoded with those that came meanwhile.
+        gather_gap_ms: the window between arrivals once two or more sentences wait (milliseconds, ``>= 0``).
+        gather_cap_ms: the longest such a wait (milliseconds, ``>= 0``).
 
     Raises:
-        ValueError: ``max_batch`` is not a positive integer.
+        ValueError: ``max_batch`` is not a positive integer; ``gather_ms``, ``gather_gap_ms`` or ``gather_cap_ms``
+            is not a finite number >= 0.
     """
 
-    def __init__(self, translator: "Translator", *, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    def __init__(self, translator: "Translator", *, max_batch: int = DEFAULT_MAX_BATCH,
+                 gather_ms: float = DEFAULT_GATHER_MS, gather_gap_ms: float = DEFAULT_GATHER_GAP_MS,
+                 gather_cap_ms: float = DEFAULT_GATHER_CAP_MS) -> None:
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        for name, value in (("gather_ms", gather_ms), ("gather_gap_ms", gather_gap_ms),
+                            ("gather_cap_ms", gather_cap_ms)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
         self.translator = translator
         self.max_batch = max_batch
+        self.gather_s, self.gather_gap_s, self.gather_cap_s = gather_ms / 1e3, gather_gap_ms / 1e3, gather_cap_ms / 1e3
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # notified when a batchable sentence joins the queue
+        self._last_arrival = 0.0  # time.monotonic() of the latest batchable sentence
         self._waiting: deque[_Job] = deque()
         self._background: deque[_Job] = deque()  # pieces of long work: taken only when _waiting is empty
         self._busy = False
@@ -158,11 +196,16 @@ class DecodeQueue:
             (self._background if job.background else self._waiting).append(job)
             lead = not self._busy
             self._busy = True
+            if job.key is not None:
+                self._last_arrival = time.monotonic()
+                self._arrived.notify_all()
         if not lead:
             job.event.wait()
             if job.done:
                 return job.outcome()
             # not done: the previous runner handed this job the turn (it is the oldest waiting one)
+        elif job.key is not None:
+            self._gather(job.key)
         self._runner = threading.get_ident()
         try:
             while not job.done:
@@ -173,6 +216,21 @@ class DecodeQueue:
             self._runner = None
             self._pass_turn()
         return job.outcome()
+
+    def _gather(self, key: tuple) -> None:
+        """The gathering window of a sentence that found the queue idle: wait ``gather_s`` for a second sentence, then
+        while others keep arriving (each within ``gather_gap_s`` of the last), until its batch is full or
+        ``gather_cap_s`` have passed."""
+        if self.gather_s <= 0 or self.gather_cap_s <= 0 or self.max_batch == 1:
+            return
+        with self._lock:
+            cap = time.monotonic() + self.gather_cap_s
+            while (n := sum(j.key == key for j in self._waiting)) < self.max_batch:
+                now = time.monotonic()
+                until = min(self._last_arrival + (self.gather_s if n < 2 else self.gather_gap_s), cap)
+                if now >= until:
+                    return
+                self._arrived.wait(until - now)
 
     def _take(self) -> list[_Job]:
         """The oldest waiting normal job and, if it is batchable, every waiting job with its key (up to

@@ -28,6 +28,8 @@ model's own top pieces, fixture sentences) so that its logit crosses the best ot
 the lengths are in the rows' details (``output_pieces``).
 
 Needs ``transformers`` and ``sentencepiece`` to build (``requirements-dev.txt``); without them the rows are n/a.
+``$AIAYN_BENCH_OPUS_CHECKPOINT``: a checkpoint directory :func:`build_opus_shape_checkpoint` wrote before, served
+instead of building one (the build takes about 100 s; for repeated A/B runs).
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ MODEL_NAME = "opus-shape-en-de"
 OUTPUT_PIECES = 14
 #: how fast ``</s>``'s logit gains on the best other piece per output position (:func:`end_near`)
 EOS_SLOPE = 1.0
+#: environment variable: a prebuilt Opus-shape checkpoint directory to serve instead of building one
+PREBUILT_ENV = "AIAYN_BENCH_OPUS_CHECKPOINT"
 #: the synthetic pieces that pad ``vocab.json`` to 58,101 entries
 SYNTHETIC = "\u2581opus{:05d}"
 
@@ -202,6 +206,24 @@ def _teachers_folder(root: Path) -> None:
             (root / name).symlink_to(shipped.resolve(), target_is_directory=True)
 
 
+def _prebuilt(root: Path) -> Path | None:
+    """``$AIAYN_BENCH_OPUS_CHECKPOINT`` linked into ``root`` as :data:`MODEL_NAME`, or None when it is not set.
+
+    Raises:
+        FileNotFoundError: the variable names a directory without a ``config.json``.
+    """
+    import os
+
+    raw = os.environ.get(PREBUILT_ENV, "").strip()
+    if not raw:
+        return None
+    source = Path(raw).expanduser().resolve()
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{PREBUILT_ENV}={raw!r} is not a checkpoint directory (no config.json)")
+    (root / MODEL_NAME).symlink_to(source, target_is_directory=True)
+    return root / MODEL_NAME
+
+
 def run_opus_shape(ctx, chromium: str | None) -> list:
     """The class on the Opus-shape model (module docstring): build it through ``aiayn import-marian`` into a
     temporary checkpoints folder, serve that folder (``AIAYN_CHECKPOINTS``), every student opening
@@ -224,7 +246,7 @@ def run_opus_shape(ctx, chromium: str | None) -> list:
         ctx.log(f"[classroom] building the Opus-MT-shape model{' (quick: small)' if ctx.quick else ''} through import-marian")
         try:
             _teachers_folder(root)
-            checkpoint = build_opus_shape_checkpoint(root, **overrides)
+            checkpoint = _prebuilt(root) or build_opus_shape_checkpoint(root, **overrides)
         except Exception as exc:  # noqa: BLE001 - reported as an n/a row
             return [na(top, "classroom", "cpu", name, "s", f"building the model: {type(exc).__name__}: {str(exc)[:200]}")]
         build_s = time.perf_counter() - t0

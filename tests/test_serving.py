@@ -324,3 +324,91 @@ def test_a_failing_background_piece_raises_in_its_caller_and_frees_the_queue(rec
         q.run_background(lambda: 1 / 0)
     assert q.run_background(lambda: "next") == "next" and q.explain("after") == "after|4|1"
     assert q.stats.background == 2
+
+
+# -- the gathering window: a class arriving together shares one beam search ----------------------------------------
+HOUR_MS = 3_600_000.0  # a window no test waits out: what ends a wait below is a full batch or the other bound
+
+
+def test_a_lone_sentence_gathers_then_gets_exactly_the_lone_result(shipped, lone):
+    """With a gathering window, a caller alone is still decoded alone, bit for bit explain(); it waits only
+    gather_ms for a second sentence (the hour-long class gap and cap never apply to it)."""
+    s = SENTENCES[1]
+    q = DecodeQueue(shipped, gather_ms=5.0, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS)
+    assert_same_up_to_rounding(q.explain(s), lone[s], exact=True)
+    assert q.stats.largest_batch == 1 and q.stats.batched == 0
+
+
+def test_sentences_arriving_within_the_window_share_one_batch(recorder):
+    """The first caller finds the queue idle and gathers; the window never ends on its own here, so the batch runs
+    when it is full: all three in one beam search, none decoded alone first. A request with other options does not
+    fill the batch; it waits for the next turn."""
+    q = DecodeQueue(object(), max_batch=3, gather_ms=HOUR_MS, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS)
+    out: dict = {}
+    first = threading.Thread(target=lambda: out.setdefault("a", q.explain("a")))
+    first.start()
+    _until(lambda: q.waiting == (1, 0), "the first sentence gathers")
+    other = threading.Thread(target=lambda: out.setdefault("g", q.explain("g", beam_size=1)))
+    other.start()
+    _until(lambda: q.waiting == (2, 0), "a sentence with other options waits")
+    assert recorder.batches == []  # still gathering: a batch of one would have run by now without the window
+    rest = [threading.Thread(target=lambda t=t: out.setdefault(t, q.explain(t))) for t in ("b", "c")]
+    for t in rest:
+        t.start()
+    for t in [first, other, *rest]:
+        t.join(20)
+        assert not t.is_alive()
+    assert [b for b, _ in recorder.batches] == [["a", "b", "c"], ["g"]]
+    assert out == {"a": "a|4|3", "b": "b|4|3", "c": "c|4|3", "g": "g|1|1"}
+    assert q.stats.largest_batch == 3 and q.stats.batched == 3
+
+
+def test_the_cap_bounds_the_gathering_wait(recorder):
+    """Windows that never end on their own (an hour): the cap ends the wait, the lone sentence is decoded."""
+    q = DecodeQueue(object(), gather_ms=HOUR_MS, gather_gap_ms=HOUR_MS, gather_cap_ms=1.0)
+    done = threading.Thread(target=lambda: q.explain("alone"))
+    done.start()
+    done.join(20)
+    assert not done.is_alive() and [b for b, _ in recorder.batches] == [["alone"]]
+
+
+def test_jobs_that_are_not_sentences_never_gather(recorder):
+    """run() and background pieces (and teacher-forced / ablated sentences, which run through run()) take the turn
+    at once: with an hour-long window and cap, they still return."""
+    q = DecodeQueue(object(), gather_ms=HOUR_MS, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS)
+    worker = threading.Thread(target=lambda: (q.run(lambda: 1), q.run_background(lambda: 2)))
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive() and q.stats.turns == 2 and q.stats.background == 1
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "30"])
+def test_the_gathering_window_must_be_a_finite_number(bad):
+    for name in ("gather_ms", "gather_gap_ms", "gather_cap_ms"):
+        with pytest.raises(ValueError, match=name):
+            DecodeQueue(object(), **{name: bad})
+
+
+def test_the_server_reads_its_gathering_window_from_the_environment(tiny_checkpoints, monkeypatch):
+    """AIAYN_GATHER_MS sets the window of the server's queues (default DEFAULT_GATHER_MS, 0 = none); a bad value is
+    a clear ModelUnavailable naming the variable."""
+    import streamlit as st
+
+    from aiayn.app import models
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    try:
+        monkeypatch.delenv(models.GATHER_ENV, raising=False)
+        st.cache_resource.clear()
+        assert models.decode_queue("en-de").gather_s == serving.DEFAULT_GATHER_MS / 1000.0
+        for raw, seconds in (("0", 0.0), ("12.5", 0.0125)):
+            monkeypatch.setenv(models.GATHER_ENV, raw)
+            st.cache_resource.clear()
+            assert models.decode_queue("en-de").gather_s == seconds
+        for bad in ("-1", "soon", "nan", "inf"):
+            monkeypatch.setenv(models.GATHER_ENV, bad)
+            st.cache_resource.clear()
+            with pytest.raises(models.ModelUnavailable, match=models.GATHER_ENV):
+                models.decode_queue("en-de")
+    finally:
+        st.cache_resource.clear()

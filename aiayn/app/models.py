@@ -121,11 +121,42 @@ def serving_max_batch() -> int:
     return int(raw)
 
 
+#: environment variable: the decode queue's gathering window in milliseconds (default
+#: :data:`aiayn.serving.DEFAULT_GATHER_MS`, 0 = none; see :func:`serving_gather_ms`)
+GATHER_ENV = "AIAYN_GATHER_MS"
+
+
+def serving_gather_ms() -> float:
+    """The server's gathering window: ``$AIAYN_GATHER_MS`` milliseconds, default
+    :data:`aiayn.serving.DEFAULT_GATHER_MS`. A sentence that finds the model idle waits that long for a second one
+    (and, once others came, for the rest of the class: :class:`aiayn.serving.DecodeQueue`), so that a class's
+    requests arriving together share one beam search; 0 decodes it at once.
+
+    Raises:
+        ValueError: the variable is set to something other than a finite number >= 0.
+    """
+    import math
+
+    from ..serving import DEFAULT_GATHER_MS
+
+    raw = os.environ.get(GATHER_ENV, "").strip()
+    if not raw:
+        return DEFAULT_GATHER_MS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{GATHER_ENV} must be a number of milliseconds >= 0 (the decode queue's gathering window; "
+                         f"0 = none), got {raw!r}")
+    return value
+
+
 @st.cache_resource(show_spinner=False, max_entries=6)
 def _decode_queue(path: str, stamp: str):
     from ..serving import DecodeQueue
 
-    return DecodeQueue(_load_translator(path, stamp), max_batch=serving_max_batch())
+    return DecodeQueue(_load_translator(path, stamp), max_batch=serving_max_batch(), gather_ms=serving_gather_ms())
 
 
 def decode_queue(direction: str):
@@ -135,7 +166,7 @@ def decode_queue(direction: str):
 
     Raises:
         ModelUnavailable: the checkpoint cannot be loaded, or ``$AIAYN_MAX_BATCH`` / ``$AIAYN_TORCH_THREADS``
-            is not a positive integer (the message says which).
+            is not a positive integer, or ``$AIAYN_GATHER_MS`` not a number >= 0 (the message says which).
     """
     return _per_checkpoint(direction, _decode_queue)
 
