@@ -19,7 +19,7 @@ translation's cross-attention maps (a layer's head or head mean, ``atol`` 1e-5):
 of students who arrive together in one batch (:class:`aiayn.serving.DecodeQueue`), which differs from a lone call by
 float32 rounding only (at most 2e-6 measured; ``AIAYN_MAX_BATCH=1`` in the environment turns batching off). The
 explorer says when its sentence shared a batch; the sizes are kept in each row's ``detail["explorer_batches"]`` and
-the server's ``AIAYN_MAX_BATCH`` / ``AIAYN_TORCH_THREADS`` in the JSON ``info``.
+the server's ``AIAYN_MAX_BATCH`` / ``AIAYN_TORCH_THREADS`` / ``AIAYN_GATHER_MS`` in the JSON ``info``.
 
 **Server cost.** CPU-seconds of the server process (``/proc/PID/stat`` utime + stime, all threads) over each level
 divided by N, and its peak resident memory (``VmHWM`` of ``/proc/PID/status``; a high-water mark, so it only grows
@@ -87,7 +87,7 @@ WARMUP = {"translate": "Good morning, everyone.", "explorer": "Thank you very mu
 #: what the explorer writes under the model output when the server decoded the sentence in a batch (aiayn.serving)
 BATCH_NOTE = re.compile(r"a batch of (\d+) sentences")
 #: the server's settings that change its capacity (aiayn.app.models), recorded with the results
-SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS")
+SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS", "AIAYN_GATHER_MS")
 #: the group's two classes (:func:`parts`) and the variable that picks them
 PARTS, PARTS_ENV = ("shipped", "opus_shape"), "AIAYN_BENCH_CLASSROOM"
 

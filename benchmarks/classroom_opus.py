@@ -230,7 +230,9 @@ def run_opus_shape(ctx, chromium: str | None) -> list:
     ``?model=`` :data:`MODEL_NAME`; rows ``classroom.cpu.opus_shape.n<N>...`` as the shipped class's."""
     import time
 
-    from .classroom import LEVELS, QUICK_LEVELS, run_levels, rows_of
+    import os
+
+    from .classroom import LEVELS, QUICK_LEVELS, SERVER_ENV, run_levels, rows_of
     from .report import na
 
     levels = QUICK_LEVELS if ctx.quick else LEVELS
@@ -261,7 +263,8 @@ def run_opus_shape(ctx, chromium: str | None) -> list:
             return [na(top, "classroom", "cpu", name, "s", f"{type(exc).__name__}: {str(exc)[:200]}")]
     ctx.info["classroom_opus_shape"] = {"model": config["model"], "num_parameters": n_params,
                                         "build_s": round(build_s, 1), "warmup": res["warmup"],
-                                        "agreement": config["meta"]["imported"].get("agreement")}
+                                        "agreement": config["meta"]["imported"].get("agreement"),
+                                        "server_env": {k: os.environ.get(k, "(default)") for k in SERVER_ENV}}
     rows = rows_of(res, prefix=prefix)
     shape = config["model"]
     about = (f"Opus-MT-shape model: {n_params:,} parameters, N={shape['n_layers']}, d_model {shape['d_model']}, "
