@@ -12,7 +12,7 @@ from aiayn import app as ui
 from aiayn import calls
 from aiayn.app import lesson as lesson_ui
 from aiayn.app.explorer import explorer_prefix_link
-from aiayn.app.models import load_translator
+from aiayn.app.models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
 from aiayn.examples import EXAMPLES
 from aiayn.figures import figure1 as f1
 from aiayn.lessons import figure1 as lesson
@@ -28,43 +28,54 @@ text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", value=examples[0][0],
 cleaned = ui.sentence_or_stop(text)
 
 
+def _model(direction: str) -> tuple[str, str]:
+    """The cache key of the model this session is served: the picked checkpoint's path and its stamp (two
+    sessions that picked different models of one direction must not share results; a re-export reloads)."""
+    path = checkpoint_path(direction)
+    return str(path), checkpoint_stamp(path)
+
+
 @st.cache_resource(max_entries=32, show_spinner="Running the model…")
-def _walk(direction: str, text: str):
+def _walk(direction: str, model: tuple[str, str], text: str):  # noqa: ARG001 - model: cache key
     """All the first screen needs: one beam search (the translation and its tree are the same decode) and one
     traced teacher-forced pass over its output (every block, the lesson's numbers, the logit lens).
 
     A shared resource, not ``st.cache_data``: the page and the figures only read these values, and a copy per
     rerun would pickle the trace's tensors on the first draw and unpickle them on every click."""
-    t = load_translator(direction)
-    tree = t.beam_tree(text, beam_size=4, length_penalty=0.6)
-    lens = t.logit_lens(text, k=5, output_ids=tree.translation.output_ids)
+    t, queue = load_translator(direction), decode_queue(direction)  # the model's work in the server's queue
+    tree = queue.run(t.beam_tree, text, beam_size=4, length_penalty=0.6)
+    lens = queue.run(t.logit_lens, text, k=5, output_ids=tree.translation.output_ids)
     return tree, lens
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _greedy_and_sampled(direction: str, text: str, temperature: float, top_k: int, top_p: float, seed: int):
+def _greedy_and_sampled(direction: str, model: tuple[str, str], text: str, temperature: float, top_k: int,  # noqa: ARG001
+                        top_p: float, seed: int):
     """Cached, so a lesson step or a block click does not decode the sentence again."""
-    t = load_translator(direction)
-    return (t.translate(text, beam_size=1, return_attention=False),
-            t.sample(text, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_attention=False))
+    t, queue = load_translator(direction), decode_queue(direction)
+    return (queue.run(t.translate, text, beam_size=1, return_attention=False),
+            queue.run(t.sample, text, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                      return_attention=False))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _forced(direction: str, text: str, prefix: tuple):
+def _forced(direction: str, model: tuple[str, str], text: str, prefix: tuple):  # noqa: ARG001 - model: cache key
     """The translation that starts with a tree node's prefix (prefix-constrained beam search), cached."""
-    return load_translator(direction).translate(text, prefix=list(prefix), return_attention=False)
+    return decode_queue(direction).run(load_translator(direction).translate, text, prefix=list(prefix),
+                                       return_attention=False)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _chosen_probs(direction: str, src_ids: tuple, out_ids: tuple):
+def _chosen_probs(direction: str, model: tuple[str, str], src_ids: tuple, out_ids: tuple):  # noqa: ARG001
     """p of each piece an output chose, from one teacher-forced pass over it (the one owner of model calls)."""
     t = load_translator(direction)
-    forced = calls.teacher_forced_ids(t.model, [list(src_ids)], [list(out_ids)])
+    forced = decode_queue(direction).run(calls.teacher_forced_ids, t.model, [list(src_ids)], [list(out_ids)])
     return forced.target_log_probs(t.cfg.pad_id)[0].exp().cpu().numpy()
 
 
+model_key = _model(ctx.direction)
 try:
-    tree, lens = _walk(ctx.direction, cleaned)
+    tree, lens = _walk(ctx.direction, model_key, cleaned)
 except ValueError as exc:
     st.error(f"Could not run the model: {exc}")
     st.stop()
@@ -125,7 +136,7 @@ def tree_section(tree) -> None:
                              key="force", format_func=lambda i: "—" if i is None else
                              " ".join(tree.nodes[j].piece for j in tree.path(i)))
         if force is not None:
-            forced = _forced(ctx.direction, cleaned, tuple(tree.tokens(force)))
+            forced = _forced(ctx.direction, model_key, cleaned, tuple(tree.tokens(force)))
             st.markdown(f"**Forced:** {forced.text or '∅'} (score {forced.score:.3f})")
             explorer_prefix_link(tr, cleaned, tree.tokens(force))  # every head's maps of this forced output
 
@@ -167,15 +178,15 @@ def decodings_section(tree, trace) -> None:
         top_k = c2.number_input("top-k (0: all)", 0, 100, 0, key="top_k")
         top_p = c3.slider("top-p", 0.05, 1.0, 1.0, step=0.05, key="top_p")
         seed = c4.number_input("Seed", 0, 10_000, 0, key="seed")
-        greedy, sampled = _greedy_and_sampled(ctx.direction, cleaned, float(temperature), int(top_k), float(top_p),
-                                              int(seed))
+        greedy, sampled = _greedy_and_sampled(ctx.direction, model_key, cleaned, float(temperature), int(top_k),
+                                              float(top_p), int(seed))
         beam = tree.translation
         st.table({"decoding": ["greedy", "beam 4", "sampled"], "output": [greedy.text, beam.text, sampled.text],
                   "log P": [round(greedy.log_prob, 3), round(beam.log_prob, 3), round(sampled.log_prob, 3)]})
-        rows = [("greedy", greedy.output_tokens, _chosen_probs(ctx.direction, tuple(greedy.src_ids),
+        rows = [("greedy", greedy.output_tokens, _chosen_probs(ctx.direction, model_key, tuple(greedy.src_ids),
                                                                tuple(greedy.output_ids))),
                 ("beam 4", beam.output_tokens, lesson.chosen_probs(trace)),  # from the traced pass
-                ("sampled", sampled.output_tokens, _chosen_probs(ctx.direction, tuple(sampled.src_ids),
+                ("sampled", sampled.output_tokens, _chosen_probs(ctx.direction, model_key, tuple(sampled.src_ids),
                                                                  tuple(sampled.output_ids)))]
         ui.show_figure(f1.next_piece_figure([r for r in rows if len(r[1])], template=ctx.template), key="next_piece",
                        filename="next_piece_probabilities")

@@ -158,3 +158,33 @@ def test_forced_node_survives_closing_the_tree_section(checkpoints, tiny_transla
     assert at.selectbox(key="force").value == node and "beam_tree" in charts(at)
     assert [m.value for m in at.markdown if m.value.startswith("**Forced:**")] == forced
     assert not at.exception
+
+
+def test_sessions_that_picked_different_models_see_their_own_walk(tiny_checkpoints, tiny_spm, tmp_path, monkeypatch):
+    """The page's cached beam search, forced decodes and decodings are keyed by the picked checkpoint: a session on
+    another en-de model (the sidebar's picker, ?model=) never gets the first session's results."""
+    import shutil
+
+    import streamlit as st
+    from tiny_models import make_tiny_checkpoint
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    make_tiny_checkpoint(root / "other-en-de", tiny_spm, "en-de", seed=5)
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    expected = {name: Translator.load(root / name, device="cpu").beam_tree(TEXT, beam_size=4, length_penalty=0.6)
+                for name in ("en-de", "other-en-de")}
+    assert expected["en-de"].translation.text != expected["other-en-de"].translation.text  # so the check can fail
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    try:
+        for model in ("en-de", "other-en-de", "en-de"):  # one process, caches kept between the sessions
+            at = open_page(PAGE, {"text": TEXT, "model": model, "open_decodings": "true"})
+            assert not at.exception, at.exception
+            shown = [m.value for m in at.markdown if m.value.startswith("**Beam search output:**")]
+            assert shown == [f"**Beam search output:** {expected[model].translation.text or '∅'}"]
+            assert at.table[0].value["output"].tolist()[1] == expected[model].translation.text
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()
