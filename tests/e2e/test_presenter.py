@@ -43,6 +43,8 @@ PAGES = [
     ("pages/7_Head_Ablation.py", "off=cross.3.8", "head_ablation_all_heads"),
     ("pages/8_Attention_Rollout.py", "", "attention_rollout"),
     ("pages/9_Compare_Sentences.py", "values=true", "compare_sentences"),
+    ("pages/10_Figure_1.py", "open_tree=true&open_lens=true&open_decodings=true", "figure_1_all_sections"),
+    ("pages/11_Alignment_and_Attribution.py", "", "alignment_and_attribution"),
 ]
 
 MEASURE = r"""() => {
