@@ -28,7 +28,7 @@ once and passed to the encoder and to every decoding step, with or without the c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
@@ -193,6 +193,27 @@ class _AttentionTrace:
         cross = torch.stack(rows_cross, dim=2)[:, None, :, :, :s_len]  # (L, 1, H, T, S)
         encoder = enc.weights[:, sentence : sentence + 1, :, :s_len, :s_len].detach().float().cpu() if enc.weights is not None else None
         return AttentionMaps(encoder=encoder, decoder=dec, cross=cross, src_lengths=[s_len], tgt_lengths=[T])
+
+
+class _Top(NamedTuple):
+    """A ``torch.topk`` result: ``values``, ``indices``."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def _first_step(model: Transformer, tokens: Tensor, memory: EncoderOutput, cache: DecoderCache | None, rows: Tensor,
+                use_cache: bool, capture: bool, head_mask: Tensor | None, top_k: int):
+    """:func:`_step` for beam search's first step, where the K rows of a sentence are identical (the start piece
+    over the same source; only the first is expanded): one row per sentence is run (``tokens`` ``(B, 1)``,
+    ``memory`` and ``cache`` of B rows), then copied to its K rows (``rows`` ``(B * K,)``, the sentence of each row),
+    the attention, the best pieces and the key/value cache with them (the cross-attention keys and values thus
+    projected once per sentence and laid out contiguously). ``logits`` stay those of the B rows."""
+    logp, out, top = _step(model, tokens, memory, cache, use_cache, capture, head_mask, top_k)
+    pick = (lambda x, dim=0: None if x is None else x.index_select(dim, rows))
+    out = replace(out, self_weights=pick(out.self_weights, 1), cross_weights=pick(out.cross_weights, 1),
+                  cache=None if out.cache is None else out.cache.index_select(rows))
+    return pick(logp), out, _Top(pick(top.values), pick(top.indices))
 
 
 def _init_cache(model: Transformer, enc: EncoderOutput) -> DecoderCache:
@@ -585,10 +606,10 @@ def beam_search(
     rows = torch.arange(B, device=src.device).repeat_interleave(K)  # sentence b owns rows b*K .. b*K + K - 1
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
     scores[:, 0] = 0.0  # all K rows start identical: expand only the first
-    # the cross-attention keys and values are projected once per sentence, then copied to its K rows (contiguous)
+    # the cache starts with one row per sentence: the first step runs those and copies them to the K rows
     beams = _Beams(list(range(B)), scores, [[] for _ in range(B * K)],
                    torch.full((B * K, 1), cfg.decoder_start_id, dtype=torch.long, device=src.device),
-                   memory.index_select(rows), model.init_cache(memory).index_select(rows) if use_cache else None)
+                   memory.index_select(rows), model.init_cache(memory) if use_cache else None)
     limits = _max_lengths(src, cfg.pad_id, max_len, max_len_extra, cfg.max_len)
     forced = _check_prefix(prefix, B, limits, cfg) if prefix is not None else None
     # the maps stay on enc0, for stitching
@@ -597,8 +618,12 @@ def beam_search(
     done = [False] * B
     banned = tuple(sorted({cfg.pad_id, cfg.decoder_start_id}))  # never predicted (see _step)
     for t in range(max(limits)):
-        logp, out, top = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention, head_mask,
-                               max(next_k, 2 * K + len(banned)))
+        if t == 0:
+            logp, out, top = _first_step(model, beams.tokens[::K], memory, beams.cache, rows, use_cache,
+                                         return_attention, head_mask, max(next_k, 2 * K + len(banned)))
+        else:
+            logp, out, top = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention,
+                                   head_mask, max(next_k, 2 * K + len(banned)))
         cands = _candidates(beams, top, logp.size(-1), banned, forced, logp, t)
         n_ended = [len(e) for e in ended]
         choice = _choose(beams, cands, t, limits, length_penalty_alpha, cfg.eos_id, ended, done)
