@@ -17,7 +17,8 @@ piece only when no normal job waits, below).
 
 **Gathering window.** A class's requests arrive within a fraction of a second of each other. Were the first one
 decoded at once, alone, the others would wait for it and run as a second batch: on the paper-size model (a
-58,101-piece vocabulary) that lone decode cost as much as a third of the whole batch. So a free-running sentence
+58,101-piece vocabulary) that lone decode took about 40 % as long as the batch after it (docs/benchmarks.md,
+"Classroom on the paper-size model, second round"). So a free-running sentence
 that finds the queue idle waits a moment before it runs: ``gather_ms`` for a second sentence (default
 :data:`DEFAULT_GATHER_MS`: what a lone user pays); once others have come, until none has arrived for
 ``gather_gap_ms`` (:data:`DEFAULT_GATHER_GAP_MS`: a class's requests come in bursts); never longer than its batch
@@ -27,8 +28,7 @@ sentences) never gather; a caller handed the turn by the previous runner does no
 while that batch ran). The app's window is ``$AIAYN_GATHER_MS`` (:func:`aiayn.app.models.serving_gather_ms`).
 
 A caller that is decoded alone gets what a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of
-one). In a batch, sources are padded, so maps
-and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
+one). In a batch, sources are padded, so maps and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
 and n-best lists were the same for all 30 sentences measured, since only a near-exact tie between two hypotheses
 could flip; ``tests/test_serving.py`` holds a batch to 1e-5 and its texts to equality); ``Translation.batch_size``
 says how many sentences shared the beam search and ``elapsed_ms`` is that batch's wall time.
