@@ -127,6 +127,7 @@ def explain_batch(
                             n_best=n_best, return_attention=True, head_mask=head_mask, prefixes=prefixes,
                             next_k=max(1, int(k)))
     return [replace(t, attention=t.attention.cpu() if t.attention is not None else None,
+                    next_pieces=t.next_pieces if t.output_ids else None,
                     next_pieces_note=None if t.output_ids else "the output is empty") for t in ts]
 
 
