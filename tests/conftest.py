@@ -75,6 +75,19 @@ def tiny_translator(tiny_checkpoints):
     return Translator.load(tiny_checkpoints / "en-de", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def shipped_en_de():
+    """The shipped en-de :class:`~aiayn.translator.Translator` (``checkpoints/en-de``) on the CPU; the test is
+    skipped where the checkpoint is missing."""
+    from aiayn import Translator
+    from aiayn.translator import CHECKPOINTS_DIR
+
+    d = CHECKPOINTS_DIR / "en-de"
+    if not d.is_dir():
+        pytest.skip(f"shipped checkpoint {d} does not exist")
+    return Translator.load(d, device="cpu")
+
+
 @pytest.fixture()
 def checkpoints(tiny_checkpoints, monkeypatch):
     """Point the app at the tiny checkpoints (``AIAYN_CHECKPOINTS``) with Streamlit's caches cleared around

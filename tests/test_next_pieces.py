@@ -93,14 +93,8 @@ def test_next_k_must_be_a_whole_number(model, src, bad):
 
 # -- the explain path on the shipped model --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def shipped():
-    from aiayn import Translator
-    from aiayn.translator import CHECKPOINTS_DIR
-
-    d = CHECKPOINTS_DIR / "en-de"
-    if not d.is_dir():
-        pytest.skip(f"shipped checkpoint {d} does not exist")
-    return Translator.load(d, device="cpu")
+def shipped(shipped_en_de):
+    return shipped_en_de
 
 
 def _assert_explained_like_forced(tr, t, k):

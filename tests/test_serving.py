@@ -15,7 +15,6 @@ import pytest
 from aiayn import serving
 from aiayn.analysis import explain, explain_batch
 from aiayn.serving import DecodeQueue
-from aiayn.translator import CHECKPOINTS_DIR
 
 SENTENCES = ["The cat sleeps on the sofa.", "Where is the nearest station?", "I would like a cup of coffee.",
              "My brother plays football every Sunday.", "Good morning."]
@@ -23,13 +22,8 @@ ATOL = 1e-5  # float32 rounding of a padded batch (measured: at most 2e-6 on the
 
 
 @pytest.fixture(scope="module")
-def shipped():
-    from aiayn import Translator
-
-    d = CHECKPOINTS_DIR / "en-de"
-    if not d.is_dir():
-        pytest.skip(f"shipped checkpoint {d} does not exist")
-    return Translator.load(d, device="cpu")
+def shipped(shipped_en_de):
+    return shipped_en_de
 
 
 @pytest.fixture(scope="module")
