@@ -34,6 +34,10 @@ PAGE_BLURBS = {
     "information flows across layers, for the encoder, the decoder and onto the source.",
     "pages/9_Compare_Sentences.py": "Two sentences side by side (one word changed, active vs passive): both "
     "translations, their maps aligned, and the difference for any kind, layer and head.",
+    "pages/10_Figure_1.py": "Figure 1 walked block by block on your sentence: every block's real tensors, a guided "
+    "lesson, the beam search as a tree, the logit lens, greedy and sampling beside the beam.",
+    "pages/11_Alignment_and_Attribution.py": "How well heads align words (AER against hand-made links and IBM Model "
+    "1), across training, and how attention agrees with gradient attribution.",
 }
 
 

@@ -39,6 +39,22 @@ def test_overview_shows_lifetime_totals_and_the_warm_starts(shipped, direction, 
     assert "**Training steps:** 2,000" not in text and "**Training steps:** 1,602" not in text
 
 
+def test_overview_describes_every_page_it_lists(shipped):
+    """Each page link in the Overview's list has its own one-line description (a page added to the frame without
+    one showed an empty caption)."""
+    from aiayn.app.frame import PAGES
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    captions = [str(c.value) for c in at.caption]
+    src = (REPO / "pages" / "0_Overview.py").read_text(encoding="utf-8")
+    listed = [path for path, _, _ in PAGES[1:] if (REPO / path).is_file()]
+    assert len(listed) >= 11 and all(f'"{path}"' in src for path in listed)
+    assert "" not in captions
+    assert len([c for c in captions if c]) >= len(listed)
+
+
 def test_model_and_training_lists_the_runs_and_says_the_curves_are_the_last_one(shipped):
     at = AppTest.from_file(APP, default_timeout=120)
     at.switch_page("pages/6_Model_and_Training.py")
