@@ -134,6 +134,20 @@ def test_pack_takes_what_train_both_reads(data, tmp_path, capsys):
     assert "spm.model missing" in capsys.readouterr().err and not (tmp_path / "e.tar.gz").exists()
 
 
+def test_pack_takes_the_files_behind_links(data, tmp_path):
+    """A `-shipspm` folder (aiayn train-on) links its splits to the data folder: the pack holds the files, not links
+    that would dangle on the device machine."""
+    folder = tmp_path / "linked"
+    folder.mkdir()
+    for name in ("train.tsv", "valid.tsv", "test.tsv", "spm.model"):
+        (folder / name).symlink_to(data / name)
+    assert cli_main(["--pack", str(folder), str(tmp_path / "l.tar.gz")]) == 0
+    with tarfile.open(tmp_path / "l.tar.gz") as tar:
+        member = tar.getmember("linked/train.tsv")
+        assert member.isfile() and not member.issym()
+        assert tar.extractfile(member).read() == (data / "train.tsv").read_bytes()
+
+
 def test_kind_weights_reach_aiayn_train_and_the_pack(data, tmp_path):
     """--kind-weights goes into the recipe's training fields (so into the child's `aiayn train` flags) after the
     folder's kinds are checked; --pack takes train_kinds.txt along."""

@@ -213,7 +213,8 @@ def pack_data(data_dir: str | Path, out: str | Path) -> Path:
     out = Path(out).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    # dereference: a `-shipspm` folder (aiayn train-on) links its splits, and a link would arrive dangling
+    with tarfile.open(tmp, "w:gz", dereference=True) as tar:
         for name in names:
             tar.add(data / name, arcname=f"{data.resolve().name}/{name}")
     os.replace(tmp, out)
