@@ -134,6 +134,38 @@ def test_pack_takes_what_train_both_reads(data, tmp_path, capsys):
     assert "spm.model missing" in capsys.readouterr().err and not (tmp_path / "e.tar.gz").exists()
 
 
+def test_gpu_warm_recipe_has_the_shipped_shape():
+    """gpu-warm trains the shipped checkpoints on from their own weights: its model fields must be theirs, or
+    `aiayn train --init-from` would refuse the weights on the device machine."""
+    r = RECIPES["gpu-warm"]
+    for d in ("en-de", "de-en"):
+        shipped = json.loads((REPO / "checkpoints" / d / "config.json").read_text())["model"]
+        assert {k: shipped[k] for k in r["model"]} == r["model"]
+
+
+def test_init_from_warm_starts_each_direction_from_its_own_checkpoint(data, tmp_path, capsys):
+    root = tmp_path / "ckpts"
+    for d in ("en-de", "de-en"):
+        (root / d).mkdir(parents=True)
+        (root / d / "config.json").write_text("{}")
+        shutil.copyfile(data / "spm.model", root / d / "spm.model")
+    base = ["--data", str(data), "--out", str(tmp_path / "o"), "--recipe", "tiny", "--device", "cpu"]
+    plan = both._plan(both._parser().parse_args(base + ["--init-from", str(root)]))
+    for d in ("en-de", "de-en"):
+        cmd = both.train_command(d, plan)
+        assert cmd[cmd.index("--init-from") + 1] == str((root / d).resolve())
+        assert cmd[cmd.index("--direction") + 1] == d
+    assert "warm-started" in both._card_notes(plan)
+    plain = both._plan(both._parser().parse_args(base))
+    assert "--init-from" not in both.train_command("en-de", plain) and "warm-started" not in both._card_notes(plain)
+    # another vocabulary: the weights' rows would mean other pieces
+    (root / "de-en" / "spm.model").write_bytes(b"not the data's model")
+    assert cli_main(base + ["--init-from", str(root)]) == 2
+    assert "warm starts need the checkpoint's vocabulary" in capsys.readouterr().err
+    assert cli_main(base + ["--init-from", str(tmp_path / "none")]) == 2
+    assert "is not a checkpoint folder" in capsys.readouterr().err
+
+
 def test_pack_takes_the_files_behind_links(data, tmp_path):
     """A `-shipspm` folder (aiayn train-on) links its splits to the data folder: the pack holds the files, not links
     that would dangle on the device machine."""

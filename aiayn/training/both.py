@@ -72,6 +72,17 @@ RECIPES: dict[str, dict[str, Any]] = {
         "average_last": 5,
         "reserve_minutes": 4.0,
     },
+    # Session 11's GPU run (docs/training.md, "Session 11"): the shipped N = 3 models trained on from their own weights
+    # (`--init-from checkpoints`) on the story build, 25k-token steps at a lower rate than from scratch (warmup 300 x
+    # 0.25: peak 9.0e-4 at d_model 256), sentences x2; the model fields must be the shipped shape.
+    "gpu-warm": {
+        "preset": "base",
+        "model": {"d_model": 256, "d_ff": 1024, "n_heads": 8, "n_layers": 3, "max_len": 256},
+        "train": {"max_tokens": 25000, "accumulation": 1, "warmup_steps": 300, "lr_scale": 0.25, "upsample_sentences": 2,
+                  "amp": True, "valid_every": 250, "valid_bleu_sentences": 0, "save_every": 250, "keep": 4},
+        "average_last": 4,
+        "reserve_minutes": 4.0,
+    },
     # For tests and a first try on a laptop: a few dozen steps of a one-layer model, well under a minute on a CPU.
     "tiny": {
         "preset": "tiny",
@@ -374,6 +385,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hardware", default=None, help="the model cards' hardware line (default: detected)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the head-ablation sweep (aiayn sweep)")
     ap.add_argument("--directions", nargs="+", default=list(DIRECTIONS), choices=DIRECTIONS, help="default both")
+    ap.add_argument("--init-from", default=None, metavar="DIR",
+                    help="warm start each direction from DIR/<direction> (a checkpoints folder such as checkpoints/, "
+                         "with the data's spm.model and the recipe's shape); default: from scratch")
     ap.add_argument("--quiet", action="store_true", help="only the logs and the final table, no live output")
     ap.add_argument("--pack", nargs=2, metavar=("DATA", "OUT_TAR_GZ"),
                     help="instead of training: pack a prepared data folder for the device machine and exit")
@@ -430,10 +444,32 @@ def _plan(args) -> dict[str, Any]:
     if threads < 1:
         raise BadInput(f"--threads must be >= 1, got {threads}")
     out = Path(args.out).expanduser()
-    return {"recipe_name": args.recipe, "recipe": recipe, "data": data.resolve(), "out": out.resolve(), "device": device,
+    init_from = _warm_starts(args.init_from, data, directions)
+    return {"init_from": init_from, "recipe_name": args.recipe, "recipe": recipe, "data": data.resolve(), "out": out.resolve(), "device": device,
             "threads": threads, "reserve": reserve, "train_minutes": train_minutes, "max_minutes": args.max_minutes,
             "hardware": args.hardware or hardware_text(device, threads, len(directions)), "sweep": not args.no_sweep,
             "directions": directions}
+
+
+def _warm_starts(root: str | None, data: Path, directions: list[str]) -> dict[str, str]:
+    """``{direction: checkpoint folder}`` for ``--init-from ROOT`` (``{}`` without it).
+
+    Raises:
+        BadInput: ``ROOT/<direction>`` is not a checkpoint, or its ``spm.model`` is not the data's (the weights' rows
+            would mean other pieces; make a folder with the checkpoint's vocabulary, as ``aiayn train-on`` does).
+    """
+    if root is None:
+        return {}
+    out = {}
+    for d in directions:
+        src = Path(root).expanduser() / d
+        if not (src / "config.json").is_file() or not (src / "spm.model").is_file():
+            raise BadInput(f"--init-from {root}: {src} is not a checkpoint folder (config.json and spm.model needed)")
+        if (src / "spm.model").read_bytes() != (data / "spm.model").read_bytes():
+            raise BadInput(f"--init-from {root}: {src / 'spm.model'} is not {data / 'spm.model'}; warm starts need the "
+                           "checkpoint's vocabulary (a `-shipspm` data folder, docs/training.md)")
+        out[d] = str(src.resolve())
+    return out
 
 
 def _card_notes(plan: dict[str, Any]) -> str:
@@ -444,7 +480,23 @@ def _card_notes(plan: dict[str, Any]) -> str:
     together = "both directions side by side" if len(plan["directions"]) > 1 else "this direction alone"
     notes = [f"Trained with `aiayn train-both --recipe {plan['recipe_name']}`: {together} on one "
              f"{'GPU' if plan['device'].startswith('cuda') else 'CPU'}, {budget}."]
+    if plan.get("init_from"):
+        notes.append("Each direction was warm-started from the weights of the checkpoint it replaces (`--init-from`).")
     return " ".join(notes)  # the layer order (pre-LN in gpu-n6) is the card's own Model section
+
+
+def train_command(d: str, plan: dict[str, Any]) -> list[str]:
+    """The ``aiayn train`` command line of direction ``d``'s child (``plan`` from :func:`_plan`)."""
+    r = plan["recipe"]
+    cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(plan["data"]), "--run", str(plan["out"] / "runs" / d),
+           "--direction", d, "--preset", r["preset"], "--threads", str(plan["threads"])]
+    cmd += ["--set", *(f"{k}={json.dumps(v)}" for k, v in r["model"].items())] if r["model"] else []
+    cmd += train_flags(r["train"])
+    if plan["train_minutes"]:
+        cmd += ["--max-minutes", f"{plan['train_minutes']:g}"]
+    if plan.get("init_from"):
+        cmd += ["--init-from", plan["init_from"][d]]
+    return cmd
 
 
 def _direction_job(d: str, plan: dict[str, Any], kids: _Children, results: dict[str, dict[str, Any]], deadline: float) -> None:
@@ -452,12 +504,7 @@ def _direction_job(d: str, plan: dict[str, Any], kids: _Children, results: dict[
     log = out / "logs" / f"{d}.log"
     env = _child_env(plan["device"], plan["threads"])
     run = out / "runs" / d
-    cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(plan["data"]), "--run", str(run), "--direction", d,
-           "--preset", r["preset"], "--threads", str(plan["threads"])]
-    cmd += ["--set", *(f"{k}={json.dumps(v)}" for k, v in r["model"].items())] if r["model"] else []
-    cmd += train_flags(r["train"])
-    if plan["train_minutes"]:
-        cmd += ["--max-minutes", f"{plan['train_minutes']:g}"]
+    cmd = train_command(d, plan)
     stages = results[d]["stages"]
     stages["train"] = kids.run(d, "train", cmd, env, log)
     if stages["train"] != 0:
