@@ -54,6 +54,10 @@ def test_block_numbers_equal_direct_computations(tr):
     assert [p for p, _ in out_view.top[1]] == [tr.tokenizer.id_to_piece(int(i)) for i in top.indices[1]]
     with pytest.raises(ValueError, match="unknown block"):
         f1.block_view(trace, "enc.9.ffn", src)
+    bars = f1.metrics_figure(view)  # every series drawn, both axes named (the series mix units)
+    assert [t.name for t in bars.data] == ["‖row‖", *view.metrics]
+    np.testing.assert_allclose(bars.data[0].y, view.norms)
+    assert bars.layout.xaxis.title.text and "legend" in bars.layout.yaxis.title.text
 
 
 def test_tree_and_lens_figures_show_their_values(tr):

@@ -136,8 +136,10 @@ def metrics_figure(view: BlockView, *, template: str | None = None) -> go.Figure
     fig = go.Figure(go.Bar(x=labels, y=view.norms, name="‖row‖", visible="legendonly" if view.metrics else True))
     for name, values in view.metrics.items():
         fig.add_bar(x=labels, y=values, name=name, visible=True if "LayerNorm" not in name else "legendonly")
-    fig.update_layout(barmode="group", height=360, xaxis=dict(type="category"), margin=dict(l=10, r=10, t=30, b=40),
-                      legend=dict(orientation="h", y=-0.3))
+    # The series mix units (ratios, fractions, a cosine, a norm), so the axis names the rule rather than one unit.
+    fig.update_layout(barmode="group", height=380, xaxis=dict(type="category", title="position:piece"),
+                      yaxis_title="value per token (unit: the legend's)", margin=dict(l=10, r=10, t=30, b=40),
+                      legend=dict(orientation="h", y=-0.35))
     return use_template(fig, template)
 
 
