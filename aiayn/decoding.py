@@ -237,8 +237,8 @@ def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cac
     logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
     top = logp.topk(min(top_k, logp.size(-1)), dim=-1) if top_k > 0 else None
     # Never predict padding or BOS (not renormalised: scores stay the model's own log-probabilities).
-    logp[:, model.cfg.pad_id] = float("-inf")
-    logp[:, model.cfg.decoder_start_id] = float("-inf")  # the start token: BOS (ours), pad (Opus-MT)
+    # the start token: BOS (ours), pad (Opus-MT); a language tag is no output id at all (Transformer.project)
+    logp[:, list(model.cfg.never_predicted)] = float("-inf")
     return logp, out, top
 
 
@@ -616,7 +616,7 @@ def beam_search(
     trace = _AttentionTrace(maps=return_attention, next_k=next_k) if return_attention or next_k else None
     ended: list[list[EndedHypothesis]] = [[] for _ in range(B)]
     done = [False] * B
-    banned = tuple(sorted({cfg.pad_id, cfg.decoder_start_id}))  # never predicted (see _step)
+    banned = cfg.never_predicted  # never predicted (see _step)
     for t in range(max(limits)):
         if t == 0:
             logp, out, top = _first_step(model, beams.tokens[::K], memory, beams.cache, rows, use_cache,

@@ -58,6 +58,14 @@ class TransformerConfig:
     the token fed first to the decoder (``"bos"``; ``"pad"`` for Opus-MT, whose decoder starts from
     ``<pad>``): see :attr:`decoder_start_id`.
 
+    Two fields make one model translate both ways (a multilingual decoder told its target language by its
+    first input, as mBART, Liu et al. 2020, and NLLB, 2022, do): ``language_tags`` names the languages whose tag
+    ``<2xx>`` has an embedding row after the vocabulary (tag i is id ``vocab_size + i``; empty: no tags, every
+    model trained before them), and ``target_language`` picks the tag fed first to the decoder instead of the
+    start piece (None: the start piece). The tags are inputs only: the pre-softmax map keeps the ``vocab_size``
+    pieces (:attr:`n_embeddings` rows are embedded, ``vocab_size`` are predicted), so no tag is ever output and
+    logits stay ``(B, T, vocab_size)``.
+
     Raises:
         ValueError: on inconsistent values (``d_model`` not divisible by ``n_heads``, ids outside the
             vocabulary, unknown ``positional`` / ``positional_layout`` / ``activation`` / ``decoder_start``,
@@ -83,6 +91,8 @@ class TransformerConfig:
     positional_layout: str = "interleaved"
     final_logits_bias: bool = False
     decoder_start: str = "bos"
+    language_tags: tuple[str, ...] = ()
+    target_language: str | None = None
     preset_name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,13 +127,46 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.final_logits_bias, bool):
             raise ValueError(f"final_logits_bias must be a bool, got {self.final_logits_bias!r}")
+        self._check_language_tags()
+
+    def _check_language_tags(self) -> None:
+        tags = self.language_tags
+        if isinstance(tags, str) or not isinstance(tags, (list, tuple)):
+            raise ValueError(f"language_tags must be a list of language codes, got {tags!r}")
+        tags = tuple(tags)
+        object.__setattr__(self, "language_tags", tags)  # JSON gives a list; the frozen config keeps a tuple
+        if any(not isinstance(t, str) or not t.isalpha() for t in tags) or len(set(tags)) != len(tags):
+            raise ValueError(f"language_tags must be distinct language codes such as 'de', 'en', got {list(tags)!r}")
+        if self.target_language is not None and self.target_language not in tags:
+            raise ValueError(f"target_language {self.target_language!r} has no tag in this model "
+                             f"(it has {', '.join(tags) if tags else 'none'})")
+
+    @property
+    def n_embeddings(self) -> int:
+        """Rows of the embedding table: the ``vocab_size`` pieces, then one per language tag."""
+        return self.vocab_size + len(self.language_tags)
+
+    def language_tag_id(self, language: str) -> int:
+        """Id of the tag ``<2language>`` (``vocab_size + i``). Raises ValueError: the model has no such tag."""
+        if language not in self.language_tags:
+            raise ValueError(f"this model has no language tag for {language!r} "
+                             f"(it has {', '.join(self.language_tags) if self.language_tags else 'none'})")
+        return self.vocab_size + self.language_tags.index(language)
 
     @property
     def decoder_start_id(self) -> int:
         """Id fed first to the decoder (the ``<s>`` of ``decoder_input_tokens``): ``bos_id`` by default,
         ``pad_id`` with ``decoder_start="pad"`` (Opus-MT). Decoding never predicts it, and the decoder never
-        masks it as padding."""
+        masks it as padding. With a ``target_language``, that language's tag (:meth:`language_tag_id`)."""
+        if self.target_language is not None:
+            return self.language_tag_id(self.target_language)
         return self.pad_id if self.decoder_start == "pad" else self.bos_id
+
+    @property
+    def never_predicted(self) -> tuple[int, ...]:
+        """Output ids decoding never predicts: padding and the start piece (a language tag is not an output id
+        at all, see :meth:`aiayn.model.transformer.Transformer.project`), sorted."""
+        return tuple(sorted({self.pad_id, self.pad_id if self.decoder_start == "pad" else self.bos_id}))
 
     @property
     def d_k(self) -> int:

@@ -113,11 +113,12 @@ class Transformer(nn.Module):
             raise TypeError(f"Transformer needs a TransformerConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         d = cfg.d_model
+        # language tags (cfg.language_tags) are rows after the vocabulary: embedded, never projected to (project)
         if cfg.share_embeddings:
-            self.embedding = nn.Embedding(cfg.vocab_size, d)
+            self.embedding = nn.Embedding(cfg.n_embeddings, d)
         else:
-            self.src_embedding = nn.Embedding(cfg.vocab_size, d)
-            self.tgt_embedding = nn.Embedding(cfg.vocab_size, d)
+            self.src_embedding = nn.Embedding(cfg.n_embeddings, d)
+            self.tgt_embedding = nn.Embedding(cfg.n_embeddings, d)
             self.generator = nn.Linear(d, cfg.vocab_size, bias=False)
         if cfg.positional == "sinusoidal":
             self.positions = SinusoidalPositionalEncoding(d, cfg.max_len, cfg.positional_layout)
@@ -184,8 +185,9 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear map, ``(B, T, D) -> (B, T, V)``; tied to the embedding (Section 3.4); plus
-        ``final_logits_bias`` ``(V,)`` when ``cfg.final_logits_bias`` (Marian)."""
-        weight = self.embedding.weight if self.cfg.share_embeddings else self.generator.weight
+        ``final_logits_bias`` ``(V,)`` when ``cfg.final_logits_bias`` (Marian). V is ``cfg.vocab_size``: the
+        language tags' rows of a tied embedding are left out, so a tag is never predicted."""
+        weight = self.embedding.weight[: self.cfg.vocab_size] if self.cfg.share_embeddings else self.generator.weight
         if self.cfg.final_logits_bias:
             return F.linear(hidden, weight, self.final_logits_bias.to(weight.dtype))
         return F.linear(hidden, weight)
@@ -211,8 +213,10 @@ class Transformer(nn.Module):
         # (an out-of-range id there triggers the device's own index assertion).
         if torch.compiler.is_compiling() or tokens.device.type != "cpu":
             return
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"{name} holds ids outside the vocabulary [0, {self.cfg.vocab_size})")
+        # the decoder input may hold language tags (ids vocab_size...n_embeddings - 1); the source never does
+        top = self.cfg.vocab_size if name == "src" else self.cfg.n_embeddings
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= top):
+            raise ValueError(f"{name} holds ids outside the vocabulary [0, {top})")
 
     @staticmethod
     def _check_self_attn_mask(mask: Tensor, b: int, t: int, k: int) -> Tensor:
