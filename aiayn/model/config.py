@@ -162,6 +162,12 @@ class TransformerConfig:
             return self.language_tag_id(self.target_language)
         return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
+    def tag_piece(self, i: int) -> str | None:
+        """The name of id ``i`` when it is a language tag (``"<2de>"``, mBART's and NLLB's spelling), else None
+        (a piece of the vocabulary: its tokenizer names it)."""
+        k = int(i) - self.vocab_size
+        return f"<2{self.language_tags[k]}>" if 0 <= k < len(self.language_tags) else None
+
     @property
     def never_predicted(self) -> tuple[int, ...]:
         """Output ids decoding never predicts: padding and the start piece (a language tag is not an output id
@@ -200,8 +206,10 @@ class TransformerConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of every field."""
-        return dataclasses.asdict(self)
+        """Plain JSON-able dict of every field (``language_tags`` as a list, as JSON reads it back)."""
+        out = dataclasses.asdict(self)
+        out["language_tags"] = list(self.language_tags)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TransformerConfig":

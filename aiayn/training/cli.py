@@ -134,6 +134,10 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--record-attention", action=argparse.BooleanOptionalAction, default=None,
                     help="record the attention of a few curated sentences at every saved state into "
                          "attention_history.safetensors (the explorer's 'Across training' tab; default on)")
+    ap.add_argument("--bidirectional", action=argparse.BooleanOptionalAction, default=None,
+                    help="one model for both directions: every pair read both ways, the decoder fed the target "
+                         "language's tag <2de> / <2en> first instead of the start piece (as mBART and NLLB); "
+                         "--direction then only picks the validation direction (default off)")
     ap.add_argument("--init-from", default=None, metavar="DIR", help="warm start a new run from the weights of a run, "
                     "run state or checkpoint with the same shape and vocabulary (e.g. the other direction's run); default off")
     ap.add_argument("--init-stack", action="store_true", default=None,
@@ -160,7 +164,7 @@ def cli_main(argv: list[str]) -> int:
                  "continues from its own (drop --init-from, or choose a new run directory)")
     given = {"data_dir": args.data, "run_dir": args.run, "direction": args.direction, "preset": args.preset,
              "model_overrides": parse_overrides(args.set), "compile": args.compile, "amp": args.amp, "amp_cpu": args.amp_cpu,
-             "init_from": args.init_from, "init_stack": args.init_stack, "record_attention": args.record_attention,
+             "init_from": args.init_from, "init_stack": args.init_stack, "bidirectional": args.bidirectional, "record_attention": args.record_attention,
              **{name: getattr(args, name) for name, _ in VALUE_FLAGS}}
     try:
         tc = resolve_config(given, stored)

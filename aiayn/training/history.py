@@ -317,10 +317,12 @@ class AttentionRecorder:
             self.items.append((src_c, ref_c, cut(tokenizer.encode(src_c), max_len, eos)[0],
                                cut(tokenizer.encode(ref_c), max_len, eos)[0]))
 
-    def sentences(self, decoder_start_id: int) -> list[HistorySentence]:
-        """The recorded sentences with their pieces, for a model that starts decoding from ``decoder_start_id``."""
+    def sentences(self, decoder_start_id: int, start_piece: str | None = None) -> list[HistorySentence]:
+        """The recorded sentences with their pieces, for a model that starts decoding from ``decoder_start_id``
+        (named ``start_piece`` when it is no piece of the vocabulary: a language tag such as ``<2de>``)."""
         def pieces(ids: Sequence[int]) -> list[str]:
-            return [self.tokenizer.id_to_piece(int(i)) for i in ids]
+            return [start_piece if start_piece is not None and int(i) == decoder_start_id
+                    else self.tokenizer.id_to_piece(int(i)) for i in ids]
 
         return [HistorySentence(src, ref, pieces(src_ids), pieces([decoder_start_id] + ref_ids[:-1]), pieces(ref_ids))
                 for src, ref, src_ids, ref_ids in self.items]
@@ -362,7 +364,7 @@ class AttentionRecorder:
             old = load_history(run_dir) if run_dir.is_dir() else None
         except ValueError as exc:
             self.log(f"attention history: starting afresh ({exc})")
-        sentences = self.sentences(model.cfg.decoder_start_id)
+        sentences = self.sentences(model.cfg.decoder_start_id, model.cfg.tag_piece(model.cfg.decoder_start_id))
         if old is not None and (old.sentences != sentences or (old.n_layers, old.n_heads) != (L, H)
                                 or old.direction != self.direction):
             self.log(f"attention history: {old.path} holds other sentences or another model shape; starting afresh")

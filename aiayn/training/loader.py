@@ -52,6 +52,8 @@ class PairIds:
         cache_path: the cache entry the ids came from (None: built in memory only).
         rows: ``(N,)`` int64: the split-file row (0 = the first pair after the header) of each example, when
             :func:`load_pairs` made them (a pair repeated k times appears k times); None otherwise.
+        decoder_starts: ``(N,)`` int64: the id each example's decoder input starts with (its target language's
+            tag, :func:`load_pairs_both`); None: the collate's ``bos_id`` for every example.
     """
 
     src_flat: np.ndarray
@@ -62,6 +64,7 @@ class PairIds:
     tgt_lengths: np.ndarray
     cache_path: Path | None = None
     rows: np.ndarray | None = None
+    decoder_starts: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src_lengths)
@@ -222,6 +225,32 @@ def load_pairs(data_dir: str | Path, split: str, direction: str, tokenizer, spm_
     return PairIds(arrays[src_lang], s_off[rows], s_len[rows], arrays[tgt_lang], t_off[rows], t_len[rows], entry, rows)
 
 
+def load_pairs_both(data_dir: str | Path, split: str, tokenizer, spm_model: str | Path, *, start_ids: dict[str, int],
+                    **kwargs: Any) -> PairIds:
+    """Every example of :func:`load_pairs` in both directions, en-de then de-en (the same kwargs: ``max_len``,
+    ``upsample``, ``row_weights``...), each with ``decoder_starts`` = ``start_ids[target language]`` (the target's
+    language tag: one model for both directions, as mBART and NLLB). The two directions' id arrays are joined into
+    one in memory (the batches mix them; the order of the examples, and so exact resume, is fixed by the split).
+
+    Raises:
+        ValueError: ``start_ids`` lacks a language; the rest as :func:`load_pairs`.
+    """
+    if set(start_ids) != set(LANGS):
+        raise ValueError(f"start_ids needs the start id of each of {LANGS}, got {sorted(start_ids)}")
+    parts = [load_pairs(data_dir, split, direction, tokenizer, spm_model, **kwargs) for direction in ("en-de", "de-en")]
+    en_de, de_en = parts
+    # en-de reads en -> de, de-en reads de -> en: one flat array [en ids, de ids] serves both sides of both
+    flat = np.concatenate([np.asarray(en_de.src_flat), np.asarray(en_de.tgt_flat)])
+    shift = len(en_de.src_flat)
+    src_starts = np.concatenate([en_de.src_starts, de_en.src_starts + shift])
+    tgt_starts = np.concatenate([en_de.tgt_starts + shift, de_en.tgt_starts])
+    starts = np.concatenate([np.full(len(en_de), start_ids["de"], dtype=np.int64),
+                             np.full(len(de_en), start_ids["en"], dtype=np.int64)])
+    rows = None if en_de.rows is None else np.concatenate([en_de.rows, de_en.rows])
+    return PairIds(flat, src_starts, np.concatenate([en_de.src_lengths, de_en.src_lengths]), flat, tgt_starts,
+                   np.concatenate([en_de.tgt_lengths, de_en.tgt_lengths]), en_de.cache_path, rows, starts)
+
+
 # -- the data mix by kind (--kind-weights) ---------------------------------------------------------------------
 #: the file of a prepared Debian folder naming each train.tsv row's kind (``aiayn data debian``)
 KINDS_FILE = "train_kinds.txt"
@@ -378,7 +407,7 @@ def collate_buffer(data: PairIds, idx: Sequence[int] | np.ndarray, *, pad_id: in
     pad_flat(data.src_flat, data.src_starts[idx], s_len, pad_id, width=s, out=src)
     pad_flat(data.tgt_flat, data.tgt_starts[idx], t_len, pad_id, width=t, out=tgt)
     # decoder input: BOS then the target shifted right (Section 3.1), padded after the row's length
-    dec[:, 0] = bos_id
+    dec[:, 0] = bos_id if data.decoder_starts is None else data.decoder_starts[idx]
     np.copyto(dec[:, 1:], np.where(np.arange(1, t) < t_len[:, None], tgt[:, :-1], pad_id))
     return buf, (b, s, t)
 

@@ -29,7 +29,7 @@ from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
-from .loader import BatchLoader, KindMix, PairIds, kind_mix, load_pairs
+from .loader import LANGS, BatchLoader, KindMix, PairIds, kind_mix, load_pairs, load_pairs_both
 from .pipeline import load_split, rank_and_world, step_groups
 from .recipe import ADAM_IMPLS, TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
 from .state import (describe_hardware, init_weights_from, list_states, load_state_into, record_config_change,
@@ -187,10 +187,14 @@ def make_optimizer(model: Transformer, tc: TrainConfig) -> torch.optim.Adam:
 
 
 def _build_model(tc: TrainConfig, tokenizer, device: torch.device) -> tuple[TransformerConfig, Transformer]:
-    """The model of ``tc`` (preset + overrides, vocabulary size from the tokenizer), seeded by ``tc.seed``."""
+    """The model of ``tc`` (preset + overrides, vocabulary size from the tokenizer), seeded by ``tc.seed``. With
+    ``tc.bidirectional`` it has a language tag per language (``<2de>``, ``<2en>``), and its ``target_language`` is
+    ``tc.direction``'s target (what validation and an exported checkpoint decode by default)."""
     overrides = dict(tc.model_overrides)
     overrides.setdefault("vocab_size", tokenizer.vocab_size)
     overrides.setdefault("max_len", max(256, tc.max_len + 2))
+    if tc.bidirectional:
+        overrides.update(language_tags=LANGS, target_language=tc.direction.partition("-")[2])
     cfg = TransformerConfig.preset(tc.preset, **overrides)
     torch.manual_seed(tc.seed)
     return cfg, Transformer(cfg).to(device)
@@ -402,9 +406,14 @@ def _training_pairs(tc: TrainConfig, run: _Run, tokenizer, mix: KindMix | None, 
     ``data_mix.json`` in the run directory (rewritten at every start: the mix a resume trains on)."""
     data_dir = Path(tc.data_dir).expanduser()
     cache_dir = "" if tc.token_cache == "off" else (tc.token_cache or None)
-    data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", max_len=tc.max_len,
-                      upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log,
-                      row_weights=None if mix is None else mix.row_weights, seed=tc.seed)
+    kwargs = dict(max_len=tc.max_len, upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log,
+                  row_weights=None if mix is None else mix.row_weights, seed=tc.seed)
+    if tc.bidirectional:  # every pair both ways, each decoder input started by its target's tag
+        starts = {lang: run.cfg.language_tag_id(lang) for lang in LANGS}
+        data = load_pairs_both(data_dir, "train", tokenizer, data_dir / "spm.model", start_ids=starts, **kwargs)
+        log(f"both directions: {len(data):,} examples (en-de with <2de>, de-en with <2en> first in the decoder)")
+    else:
+        data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", **kwargs)
     if mix is not None:
         summary = mix.summary(data)
         log(f"data mix (--kind-weights {mix.spec}, upsample_sentences {tc.upsample_sentences}), pairs -> examples per "

@@ -146,3 +146,4 @@ class TrainConfig:
     token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start
     adam_impl: str = "fused"  # Adam's implementation: "fused", "foreach" or "loop" (ADAM_IMPLS; the same update rule)
     kind_weights: str = "none"  # data mix by train_kinds.txt: "none", "default" (datasheet) or "ding=1,narrative=2,..."
+    bidirectional: bool = False  # every pair both ways, the decoder started by the target's language tag (mBART, NLLB)

@@ -128,6 +128,9 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     trained on related data is a known head start for a data-poor child (transfer learning for NMT: Zoph et al.
     2016; Kocmi and Bojar 2018, who also reverse the direction). Not part of the paper's recipe.
 
+    A ``model`` with language tags (``--bidirectional``) may start from a model without: each tag's embedding row
+    starts as a copy of the start piece's (:func:`add_language_tag_rows`), the position the tags take over.
+
     ``stack``: ``source`` may be shallower than ``model``: its layers are copied on top of themselves until they
     reach ``model``'s depth (progressive stacking, :func:`aiayn.training.stacking.stack_layers`).
 
@@ -157,12 +160,28 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
                 state = stack_layers(state, len(model.encoder_layers))
             except ValueError as exc:
                 raise WarmStartError(f"--init-from {src} --init-stack: {exc}") from None
+        state = add_language_tag_rows(state, model)
         load_weights_into(model, state, weights_file, against="this run's model")
     except WarmStartError:
         raise
     except ValueError as exc:
         raise WarmStartError(f"--init-from {src}: its weights do not fit ({exc})") from None
     return weights_file
+
+
+def add_language_tag_rows(state: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
+    """``state`` with the embedding rows of ``model``'s language tags added where it has only the vocabulary's
+    (``(V, D)`` -> ``(V + n_tags, D)``), each a copy of the start piece's row (``bos_id``): a warm start of a
+    bidirectional model from a directional one. Other tensors, and a state that already has the rows, unchanged."""
+    cfg = model.cfg
+    if not cfg.language_tags:
+        return state
+    out = dict(state)
+    for key in ("embedding.weight", "src_embedding.weight", "tgt_embedding.weight"):
+        w = out.get(key)
+        if w is not None and w.dim() == 2 and w.size(0) == cfg.vocab_size:
+            out[key] = torch.cat([w, w[cfg.bos_id].expand(len(cfg.language_tags), -1)])
+    return out
 
 
 def parent_lineage(source: str | Path) -> list[dict[str, Any]]:
