@@ -159,16 +159,18 @@ def test_shipped_alignment_json_is_fresh_and_the_docs_quote_it():
     root = Path(__file__).resolve().parents[1]
     docs = (root / "docs" / "alignment.md").read_text(encoding="utf-8")
     readme = (root / "README.md").read_text(encoding="utf-8")
-    row = re.search(r"\*\*best head\*\*: layer (\d) head (\d).*?\| \*\*([0-9.]+)\*\* \| \*\*([0-9.]+)\*\* \|", docs)
+    cell = r"layer (\d) head (\d), `(\w+)`, shift: \*\*([0-9.]+)\*\*"
+    row = re.search(r"\| \*\*best head\*\*[^|]*\| " + cell + r" \| " + cell + r" \|", docs)
     assert row, "best-head row of docs/alignment.md"
-    for direction, quoted in (("en-de", row.group(3)), ("de-en", row.group(4))):
+    for direction, (layer, head, reading, quoted) in (("en-de", row.groups()[:4]), ("de-en", row.groups()[4:])):
         ckpt = root / "checkpoints" / direction
         payload = json.loads((ckpt / ae.ALIGN_FILE).read_text(encoding="utf-8"))
         assert payload["weights_sha256"] == weights_sha256(ckpt), f"{direction}: rerun aiayn align"
         assert payload["gold_sha256"] == sha256_file(ae.GOLD_PATH), f"{direction}: rerun aiayn align"
         assert payload["skipped"] == [] and payload["pairs"] == len(al.read_gold(ae.GOLD_PATH)), direction
         best = payload["weights"]["best"]
-        assert (best["layer"] + 1, best["head"] + 1) == (int(row.group(1)), int(row.group(2))), direction
+        quoted_head = (int(layer), int(head), reading, True)
+        assert (best["layer"] + 1, best["head"] + 1, best["method"], best["shift"]) == quoted_head, direction
         assert f"{best['aer']:.3f}" == quoted and quoted in readme, direction
         ibm = payload["ibm1"][direction]
         assert f"{ibm:.3f}" in docs and f"{ibm:.3f}" in readme, direction
