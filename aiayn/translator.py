@@ -7,6 +7,7 @@ choice in :mod:`aiayn.devices`, the command line in :mod:`aiayn.translate_cli`. 
 """
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
@@ -60,13 +61,17 @@ class Translator:
         self.path = Path(path) if path is not None else None
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, device: str | torch.device | None = None) -> "Translator":
+    def load(cls, path: str | Path | None = None, *, device: str | torch.device | None = None,
+             direction: str | None = None) -> "Translator":
         """Load a checkpoint directory (default: the shipped ``checkpoints/en-de``).
+
+        ``direction`` (``"en-de"`` / ``"de-en"``): translate that way (:meth:`for_direction`; a model with language
+        tags serves both, a directional model only its own); None: the checkpoint's own direction.
 
         Raises:
             FileNotFoundError: the directory or one of its files is missing (named in the message).
             ValueError: a file is truncated, corrupt or foreign (named in the message); an unknown or
-                unavailable ``device`` (:func:`pick_device`).
+                unavailable ``device`` (:func:`pick_device`); a ``direction`` the model does not translate.
         """
         d = Path(path) if path is not None else default_checkpoint()
         model, config = load_checkpoint(d, device=pick_device(device))
@@ -80,7 +85,41 @@ class Translator:
         meta = dict(config.get("meta", {}))
         meta.setdefault("num_parameters", config.get("num_parameters"))
         meta.setdefault("dtype", config.get("dtype"))
-        return cls(model, tokenizer, meta=meta, path=d)
+        if len(model.cfg.language_tags) > 1:  # one model for both directions: the target's tag starts the decoder
+            meta["directions"] = [f"{s}-{t}" for t in model.cfg.language_tags for s in model.cfg.language_tags if s != t]
+            if model.cfg.target_language is not None:
+                src = [s for s in model.cfg.language_tags if s != model.cfg.target_language][0]
+                meta.update(direction=f"{src}-{model.cfg.target_language}", src_lang=src, tgt_lang=model.cfg.target_language)
+        tr = cls(model, tokenizer, meta=meta, path=d)
+        return tr if direction is None else tr.for_direction(direction)
+
+    def for_direction(self, direction: str) -> "Translator":
+        """This Translator translating ``direction`` (``"en-de"``: English in, German out). A model with language
+        tags (``TransformerConfig.language_tags``: one model for both directions, as mBART and NLLB) gets a view
+        that shares its weights and starts the decoder with the target's tag ``<2de>`` / ``<2en>``; a directional
+        model returns itself for its own direction (or when its meta names none).
+
+        Raises:
+            ValueError (one line): a malformed direction, or one the model does not translate.
+        """
+        src, _, tgt = str(direction).partition("-")
+        if not src or not tgt or src == tgt:
+            raise ValueError(f"direction must look like 'en-de', got {direction!r}")
+        cfg, own = self.cfg, self.meta.get("direction")
+        if not cfg.language_tags:
+            if own in (None, direction):
+                return self
+            raise ValueError(f"{self.path or 'this model'} translates {own} only (it has no language tags); "
+                             f"load a {direction} checkpoint")
+        if tgt not in cfg.language_tags or src not in cfg.language_tags:
+            raise ValueError(f"{self.path or 'this model'} has no {direction} direction (its languages: "
+                             f"{', '.join(cfg.language_tags)})")
+        if cfg.target_language == tgt and own == direction:
+            return self
+        view = copy.copy(self.model)  # shares the modules and weights; only the config (the start symbol) differs
+        view.cfg = cfg.replace(target_language=tgt)
+        return Translator(view, self.tokenizer, meta={**self.meta, "direction": direction, "src_lang": src,
+                                                      "tgt_lang": tgt}, path=self.path)
 
     @property
     def cfg(self):
@@ -91,7 +130,9 @@ class Translator:
         return self.model.device
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
-        return [self.tokenizer.id_to_piece(int(i)) for i in ids]
+        """The pieces of ``ids``; a language tag (the decoder's first input in a model for both directions) is
+        named ``<2de>`` / ``<2en>``."""
+        return [self.cfg.tag_piece(i) or self.tokenizer.id_to_piece(int(i)) for i in ids]
 
     def encode_source(self, text: str) -> calls.Encoded:
         """``(ids ending with EOS, truncated?, cleaned text)`` (:func:`aiayn.calls.encode_source`: at most
@@ -231,7 +272,7 @@ class Translator:
         tr = self._beam([text], beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=beam_size,
                         use_cache=True, return_attention=True, head_mask=None,
                         prefixes=None if prefix is None else [prefix], recorder=records)[0]
-        tree = build_tree(records, lambda i: self.tokenizer.id_to_piece(int(i)), self.cfg.decoder_start_id,
+        tree = build_tree(records, lambda i: self.pieces([i])[0], self.cfg.decoder_start_id,
                           beam_size=beam_size, length_penalty=length_penalty)
         tree.translation = tr
         return tree

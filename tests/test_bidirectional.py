@@ -152,3 +152,51 @@ def test_a_warm_start_from_a_directional_model_copies_it_and_seeds_the_tags(tiny
     np.testing.assert_array_equal(emb[:vocab], parent_emb)
     np.testing.assert_array_equal(emb[vocab:], np.stack([parent_emb[bos]] * 2))
     assert all(np.array_equal(got[k], expected[k]) for k in expected if k != "embedding.weight")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoding: one stored model, both directions
+# ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def both_ways(tmp_path_factory, tiny_spm) -> Path:
+    from tiny_models import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("both") / "ckpt", tiny_spm, "en-de", seed=3,
+                                language_tags=["de", "en"], target_language="de")
+
+
+def test_one_stored_model_translates_both_ways_with_the_target_tag_first(both_ways):
+    from aiayn.translator import Translator
+
+    default = Translator.load(both_ways)
+    assert default.meta["direction"] == "en-de" and default.meta["directions"] == ["en-de", "de-en"]
+    V = default.cfg.vocab_size
+    out = {}
+    for direction, tag, tag_id in (("en-de", "<2de>", V), ("de-en", "<2en>", V + 1)):
+        tr = Translator.load(both_ways, direction=direction)
+        assert tr.meta["direction"] == direction and tr.cfg.decoder_start_id == tag_id
+        t = tr.translate("The cat sat on the mat.", beam_size=2)
+        assert t.decoder_input_tokens[0] == tag and tag not in t.output_tokens
+        assert all(0 <= i < V for i in t.output_ids)
+        assert t.attention.cross.shape[-1] == len(t.src_tokens)  # the encoder input is unchanged: no tag there
+        assert tag not in t.src_tokens
+        out[direction] = t
+    # the same weights, another start symbol: the first step's scores differ
+    view = default.for_direction("de-en")
+    assert view.model.embedding is default.model.embedding and default.cfg.target_language == "de"
+    forced = [default.force("Guten Morgen", "Good morning", return_scores=True)[1],
+              view.force("Guten Morgen", "Good morning", return_scores=True)[1]]
+    assert not np.allclose(forced[0], forced[1])
+    with pytest.raises(ValueError, match="no fr-de direction"):
+        default.for_direction("fr-de")
+
+
+def test_a_directional_checkpoint_refuses_the_other_direction_in_one_line(tiny_checkpoints):
+    from aiayn.translator import Translator
+
+    tr = Translator.load(tiny_checkpoints / "en-de")
+    assert tr.for_direction("en-de") is tr and Translator.load(tiny_checkpoints / "en-de", direction="en-de").cfg == tr.cfg
+    with pytest.raises(ValueError, match="translates en-de only") as err:
+        Translator.load(tiny_checkpoints / "en-de", direction="de-en")
+    assert "\n" not in str(err.value)
+    assert tr.cfg.language_tags == () and tr.model.embedding.weight.shape[0] == tr.cfg.vocab_size

@@ -82,7 +82,8 @@ def checkpoint_directions(meta: dict[str, Any]) -> list[str]:
 
 def evaluate_devsets(translator, sets: dict[str, list[tuple[str, str]]], direction: str, *, beam_size: int = 4,
                      alpha: float = 0.6, batch_size: int = 32) -> dict[str, dict[str, Any]]:
-    """Translate every set in ``direction`` ("en-de": English sources, German references) and score it.
+    """Translate every set in ``direction`` ("en-de": English sources, German references) and score it (a
+    model for both directions decodes in ``direction``: :meth:`aiayn.translator.Translator.for_direction`).
 
     Returns:
         ``{set name: {"bleu", "chrf" (0-100), "n_sentences", "unfinished", "elapsed_s", "hypotheses": [str]}}``.
@@ -93,6 +94,7 @@ def evaluate_devsets(translator, sets: dict[str, list[tuple[str, str]]], directi
     """
     if direction not in ("en-de", "de-en"):
         raise ValueError(f"direction must be 'en-de' or 'de-en', got {direction!r}")
+    translator = translator.for_direction(direction)  # a model for both directions starts with the target's tag
     out: dict[str, dict[str, Any]] = {}
     for name, pairs in sets.items():
         src, ref = ([en for en, _ in pairs], [de for _, de in pairs]) if direction == "en-de" else \

@@ -239,6 +239,10 @@ def _load_translator(args: argparse.Namespace):
     if direction not in ("en-de", "de-en"):
         raise _Refused(f"{args.checkpoint}: config.json meta has no direction 'en-de' or 'de-en' ({direction!r}); "
                        "pass --direction")
+    try:
+        tr = tr.for_direction(direction)  # a model for both directions: the target's tag starts the decoder
+    except ValueError as exc:
+        raise _Refused(str(exc)) from None
     return tr, direction
 
 
