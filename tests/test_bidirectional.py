@@ -134,6 +134,14 @@ def test_a_bidirectional_run_trains_on_both_and_resumes_exactly(tiny_data, tmp_p
     vocab = Tokenizer.load(tiny_data / "spm.model").vocab_size
     assert wa["embedding.weight"].shape[0] == vocab + 2
     assert json.loads((run_a / "train_config.json").read_text())["bidirectional"] is True
+    # the exported average keeps the tags: one checkpoint, both directions
+    from aiayn.training.export import export
+    from aiayn.translator import Translator
+
+    ckpt = export(run_a, tmp_path / "ckpt", last=2)
+    for direction, tag in (("en-de", "<2de>"), ("de-en", "<2en>")):
+        t = Translator.load(ckpt, direction=direction).translate("Guten Morgen", beam_size=2)
+        assert t.decoder_input_tokens[0] == tag
 
 
 def test_a_warm_start_from_a_directional_model_copies_it_and_seeds_the_tags(tiny_data, tmp_path):
