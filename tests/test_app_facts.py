@@ -27,7 +27,7 @@ def _texts(at) -> str:
     return "\n".join(str(m.value) for m in list(at.markdown) + list(at.caption))
 
 
-@pytest.mark.parametrize("direction, steps, runs, start", [("en-de", "13,500", 3, "10,000"), ("de-en", "13,602", 3, "12,000")])
+@pytest.mark.parametrize("direction, steps, runs, start", [("en-de", "20,046", 4, "13,500"), ("de-en", "20,070", 4, "13,602")])
 def test_overview_shows_lifetime_totals_and_the_warm_starts(shipped, direction, steps, runs, start):
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["direction"] = direction
@@ -61,10 +61,10 @@ def test_model_and_training_lists_the_runs_and_says_the_curves_are_the_last_one(
     at.run()
     assert not at.exception, at.exception
     text = _texts(at)
-    assert "**Training steps:** 13,500 over 3 runs" in text
-    assert "its step 0 is lifetime step 10,000, the weights of a trained parent" in text
+    assert "**Training steps:** 20,046 over 4 runs" in text
+    assert "its step 0 is lifetime step 13,500, the weights of a trained parent" in text
     frames = [df.value for df in at.dataframe if "lifetime steps" in df.value.columns]
-    assert frames and list(frames[0]["lifetime steps"]) == ["1–8,000", "8,001–10,000", "10,001–13,500"]
+    assert frames and list(frames[0]["lifetime steps"]) == ["1–8,000", "8,001–10,000", "10,001–13,500", "13,501–20,046"]
     assert {m.label for m in at.metric} >= {"steps logged (last run)", "wall time (last run)"}
 
 
