@@ -18,7 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint", "-c", default=None, help="checkpoint directory (default: the shipped checkpoint of --direction)")
     ap.add_argument("--direction", choices=DIRECTIONS, default=None,
                     help="use the shipped checkpoint of this direction (default en-de); with --checkpoint it must be that "
-                         "checkpoint's own direction")
+                         "checkpoint's own direction, or one of a model trained for both (aiayn train --bidirectional)")
     ap.add_argument("--beam-size", type=int, default=4)
     ap.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha")
     ap.add_argument("--max-len", type=int, default=None)
@@ -54,6 +54,8 @@ def cli_main(argv: list[str]) -> int:
     path = args.checkpoint or default_checkpoint(args.direction or DEFAULT_DIRECTION)
     try:
         tr = Translator.load(path, device=args.device)
+        if args.direction and tr.cfg.language_tags:  # one model for both directions: decode the one asked for
+            tr = tr.for_direction(args.direction)
     except (FileNotFoundError, ValueError) as exc:
         print(f"aiayn translate: {exc}", file=sys.stderr)
         return 2

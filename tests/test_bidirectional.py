@@ -208,3 +208,12 @@ def test_a_directional_checkpoint_refuses_the_other_direction_in_one_line(tiny_c
         Translator.load(tiny_checkpoints / "en-de", direction="de-en")
     assert "\n" not in str(err.value)
     assert tr.cfg.language_tags == () and tr.model.embedding.weight.shape[0] == tr.cfg.vocab_size
+
+
+def test_translate_cli_decodes_a_bidirectional_checkpoint_in_the_direction_asked(both_ways, capsys):
+    from aiayn.translate_cli import cli_main
+
+    assert cli_main(["-c", str(both_ways), "--direction", "de-en", "--beam-size", "1", "Guten Morgen"]) == 0
+    de_en = capsys.readouterr().out
+    assert cli_main(["-c", str(both_ways), "--direction", "en-de", "--beam-size", "1", "Guten Morgen"]) == 0
+    assert capsys.readouterr().out != de_en  # another start symbol, another output from the same weights
