@@ -217,3 +217,18 @@ def test_translate_cli_decodes_a_bidirectional_checkpoint_in_the_direction_asked
     de_en = capsys.readouterr().out
     assert cli_main(["-c", str(both_ways), "--direction", "en-de", "--beam-size", "1", "Guten Morgen"]) == 0
     assert capsys.readouterr().out != de_en  # another start symbol, another output from the same weights
+
+
+def test_cli_bidirectional_is_stored_and_a_resume_keeps_it(tiny_data, tmp_path):
+    from aiayn.training.cli import cli_main
+
+    run = tmp_path / "run"
+    assert cli_main(["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--bidirectional", "--max-tokens", "512",
+                     "--accumulation", "1", "--warmup-steps", "20", "--max-steps", "2", "--save-every", "2",
+                     "--valid-every", "10", "--valid-bleu-sentences", "0", "--threads", "1",
+                     "--token-cache", str(tmp_path / "token_cache")]) == 0
+    assert json.loads((run / "train_config.json").read_text())["bidirectional"] is True
+    assert cli_main(["--run", str(run), "--resume", "--max-steps", "3", "--save-every", "3"]) == 0
+    assert json.loads((run / "train_config.json").read_text())["bidirectional"] is True
+    model = json.loads((list_states(run)[-1] / "config.json").read_text())["model"]
+    assert model["language_tags"] == ["de", "en"]
