@@ -323,6 +323,9 @@ def test_resume_continues_exactly(tiny_data, tmp_path):
     lb = {r["step"]: r["train_loss"] for r in read_metrics(run_b)}
     for s in range(6, 13):
         assert lb[s] == pytest.approx(la[s], rel=1e-5, abs=1e-6), s
+    # valid_bleu_sentences 0: the validation record has its loss but no BLEU (0.0 would read as a measurement)
+    valid = [r for r in read_metrics(run_a) if "valid_loss" in r]
+    assert [r["step"] for r in valid] == [10, 12] and not [r for r in valid if "valid_bleu" in r]  # 12: the last step
 
 
 @pytest.mark.slow

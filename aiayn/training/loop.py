@@ -60,7 +60,8 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
         ``valid_loss``: teacher-forced negative log-likelihood per target token (nats, no smoothing), over
         batches of at most about ``max_tokens`` padded source tokens, pairs with an empty side left out;
         ``valid_bleu``: sacreBLEU of real beam decodes (``beam_size``, length penalty alpha 0.6, Section 6.1; never
-        teacher-forced argmax) of the first ``n_bleu`` sentences, 0.0 when none; ``valid_samples``: up to 3
+        teacher-forced argmax) of the first ``n_bleu`` sentences, None when none was decoded (``n_bleu`` 0: a
+        BLEU of 0.0 would read as a measurement); ``valid_samples``: up to 3
         ``(source, hypothesis)`` pairs. The model's train/eval mode is restored.
     """
     was_training = model.training
@@ -81,7 +82,7 @@ def validate(model: Transformer, tokenizer, src: list[str], tgt: list[str], cfg:
             results = beam_search(model, batch, beam_size=beam_size, length_penalty_alpha=0.6)
         hyps.extend(tokenizer.decode(res[0].tokens) for res in results)
         refs.extend(tgt[start : min(n, start + 32)])
-    bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else 0.0
+    bleu = sacrebleu.corpus_bleu(hyps, [refs]).score if hyps else None
     model.train(was_training)
     return {"valid_loss": float(nll_sum) / max(n_tok, 1), "valid_bleu": bleu,
             "valid_samples": list(zip(src[:3], hyps[:3]))}
@@ -362,8 +363,9 @@ def _record(run: _Run, lr: float, *, validate_now: bool, bar, valid: tuple[Any, 
             v = validate(run.model, tokenizer, valid_src, valid_tgt, run.cfg, beam_size=tc.valid_beam_size,
                          n_bleu=tc.valid_bleu_sentences, max_tokens=tc.max_tokens, device=run.device)
             samples = v.pop("valid_samples")
-            rec.update(v)
-            bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}, BLEU {v['valid_bleu']:.2f} | "
+            rec.update({k: x for k, x in v.items() if x is not None})  # no valid_bleu when nothing was decoded
+            bleu = f", BLEU {v['valid_bleu']:.2f}" if v["valid_bleu"] is not None else ""
+            bar.write(f"step {step}: valid loss {v['valid_loss']:.3f}{bleu} | "
                       + " || ".join(f"{a} => {b}" for a, b in samples[:2]))
         with open(run.run_dir / "metrics.jsonl", "a") as fh:
             fh.write(json.dumps(rec) + "\n")
