@@ -118,6 +118,12 @@ def test_model_and_training_figures():
     by_name = {t.name: t for t in fig.data}
     assert list(by_name["valid BLEU"].x) == [2] and list(by_name["valid BLEU"].y) == [4.0]
     assert list(by_name["train loss (label-smoothed)"].y) == [3.0, 2.0, 1.0]
+    assert labs.NO_VALID_BLEU not in [a.text for a in fig.layout.annotations]
+    no_bleu = labs.training_curves_figure(df.drop(columns="valid_bleu"))  # a run that decoded no valid sentences
+    assert "valid BLEU" not in {t.name for t in no_bleu.data}
+    note = next(a for a in no_bleu.layout.annotations if a.text == labs.NO_VALID_BLEU)
+    (x0, x1), (y0, y1) = no_bleu.layout.xaxis2.domain, no_bleu.layout.yaxis2.domain  # in the BLEU panel
+    assert note.xref == "paper" and x0 < note.x < x1 and y0 < note.y < y1
     sched = lessons.lr_schedule(512, 4000, 10000)
     fig = labs.lr_figure({"x": sched}, peaks={"x": (4000, 512**-0.5 * 4000**-0.5)})
     assert np.allclose(fig.data[0].y, sched["lr"]) and fig.data[1].x[0] == 4000

@@ -347,6 +347,10 @@ def parameters_figure(summaries: dict[str, pd.DataFrame], *, presenter: bool = F
     return _style(fig, presenter, "Parameters per component", 440)
 
 
+#: the valid BLEU panel's text when the log has no BLEU (a run with ``--valid-bleu-sentences 0``)
+NO_VALID_BLEU = "not measured:<br>this run decoded no<br>validation sentences"
+
+
 def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False, marks: list[tuple[int, str]] | None = None) -> go.Figure:
     """Loss (train, valid), BLEU and learning rate over steps from a metrics log (:func:`lessons.load_metrics`).
 
@@ -363,9 +367,14 @@ def training_curves_figure(df: pd.DataFrame, *, presenter: bool = False, marks: 
     if "valid_loss" in df:
         g = df.dropna(subset=["valid_loss"])
         fig.add_trace(go.Scatter(x=g["step"], y=g["valid_loss"], mode="lines+markers", name="valid loss"), 1, 1)
-    if "valid_bleu" in df:
-        g = df.dropna(subset=["valid_bleu"])
-        fig.add_trace(go.Scatter(x=g["step"], y=g["valid_bleu"], mode="lines+markers", name="valid BLEU"), 1, 2)
+    bleu = df.dropna(subset=["valid_bleu"]) if "valid_bleu" in df else df.iloc[:0]
+    if len(bleu):
+        fig.add_trace(go.Scatter(x=bleu["step"], y=bleu["valid_bleu"], mode="lines+markers", name="valid BLEU"), 1, 2)
+    else:  # an empty panel would look like a failed plot: say why it is empty
+        # paper coordinates: an axis without a trace is not drawn, and "x2 domain" then landed in the first panel
+        (x0, x1), (y0, y1) = fig.layout.xaxis2.domain, fig.layout.yaxis2.domain
+        fig.add_annotation(text=NO_VALID_BLEU, x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="paper", yref="paper",
+                           showarrow=False, font=dict(size=FONT_SIZE - 1, color="grey"))
     if "lr" in df:
         g = df.dropna(subset=["lr"])
         fig.add_trace(go.Scatter(x=g["step"], y=g["lr"], mode="lines", name="lr"), 1, 3)
