@@ -27,6 +27,19 @@ beam search. Other jobs (:meth:`DecodeQueue.run`, background pieces, teacher-for
 sentences) never gather; a caller handed the turn by the previous runner does not either (the others gathered
 while that batch ran). The app's window is ``$AIAYN_GATHER_MS`` (:func:`aiayn.app.models.serving_gather_ms`).
 
+**Announced sentences.** A window guesses; the app can say. A page run that will ask for a sentence announces it
+(:meth:`Announcements.announce`, in its thread) when it starts, before its page set-up (which takes a class's 30
+sessions about half a second on one GIL); its job, when it comes, takes the announcement back
+(:meth:`Announcements.withdraw` when the run ends without one, e.g. a cached sentence). A gathering sentence waits
+while announced sentences are on their way (up to ``gather_cap_ms``), and once every sentence waiting came
+announced and none is left on its way, only ``gather_settle_ms`` after the last arrival
+(:data:`DEFAULT_GATHER_SETTLE_MS`, instead of ``gather_gap_ms``: a session whose run has not started yet) or, alone,
+``gather_ms``. So a second sentence a few milliseconds past ``gather_ms`` under load no longer leaves the first to
+be decoded alone, and the class's batch starts sooner after its last sentence. Sentences of callers that never
+announce keep the windows above. An announcement older than :data:`ANNOUNCEMENT_TTL_S` no longer counts (a run
+that ended without taking it back cannot hold the queue). The app shares one :class:`Announcements` among its
+queues (:data:`aiayn.app.models.ANNOUNCEMENTS`).
+
 A caller that is decoded alone gets what a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of
 one). In a batch, sources are padded, so maps and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
 and n-best lists were the same for all 30 sentences measured, since only a near-exact tie between two hypotheses
@@ -67,6 +80,47 @@ DEFAULT_GATHER_MS = 30.0
 DEFAULT_GATHER_GAP_MS = 300.0
 #: the longest a sentence that found the queue idle gathers (ms), however steadily others keep arriving
 DEFAULT_GATHER_CAP_MS = 1000.0
+#: once every waiting sentence came announced and none is on its way, the wait after the last arrival (ms): room for
+#: a session whose run has not started yet (see the module docstring)
+DEFAULT_GATHER_SETTLE_MS = 100.0
+#: seconds after which an announcement (:meth:`Announcements.announce`) no longer holds a gathering sentence
+ANNOUNCEMENT_TTL_S = 10.0
+#: how often (s) a gathering sentence looks again at the announcements (a withdrawal wakes no one)
+_ANNOUNCEMENT_POLL_S = 0.01
+
+
+class Announcements:
+    """Threads that said they will soon submit a job to a :class:`DecodeQueue` (a page run that asks for a
+    sentence), so that a gathering sentence waits for them (see the module docstring). Thread-safe; one object may
+    serve several queues.
+
+    Args:
+        ttl_s: seconds after which an announcement no longer counts.
+    """
+
+    def __init__(self, ttl_s: float = ANNOUNCEMENT_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._by_thread: dict[int, float] = {}  # thread id -> time.monotonic() of its announcement
+
+    def announce(self) -> None:
+        """The calling thread will soon submit a job. Its next job takes the announcement back; :meth:`withdraw`
+        does when no job comes. A second call before either renews it."""
+        with self._lock:
+            self._by_thread[threading.get_ident()] = time.monotonic()
+
+    def withdraw(self) -> bool:
+        """Take back the calling thread's announcement; True if it had one."""
+        with self._lock:
+            return self._by_thread.pop(threading.get_ident(), None) is not None
+
+    def __len__(self) -> int:
+        """How many announced jobs are on their way (announcements older than ``ttl_s`` are dropped)."""
+        with self._lock:
+            old = time.monotonic() - self.ttl_s
+            for ident in [i for i, t in self._by_thread.items() if t < old]:
+                del self._by_thread[ident]
+            return len(self._by_thread)
 
 
 @dataclass
@@ -78,6 +132,7 @@ class _Job:
     text: str | None = None
     fn: Callable[[], Any] | None = None
     background: bool = False
+    announced: bool = False  # its caller had announced it (Announcements.announce)
     event: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     result: Any = None
@@ -118,24 +173,31 @@ class DecodeQueue:
             Then it is decoded with those that came meanwhile.
         gather_gap_ms: the window between arrivals once two or more sentences wait (milliseconds, ``>= 0``).
         gather_cap_ms: the longest such a wait (milliseconds, ``>= 0``).
+        gather_settle_ms: the window between arrivals instead of ``gather_gap_ms`` once every waiting sentence came
+            announced and none is on its way (milliseconds, ``>= 0``).
+        announcements: the :class:`Announcements` a gathering sentence waits for (shared by the app's queues);
+            None: a new one (nothing is announced unless a caller uses :attr:`announcements`).
 
     Raises:
-        ValueError: ``max_batch`` is not a positive integer; ``gather_ms``, ``gather_gap_ms`` or ``gather_cap_ms``
-            is not a finite number >= 0.
+        ValueError: ``max_batch`` is not a positive integer; ``gather_ms``, ``gather_gap_ms``, ``gather_cap_ms`` or
+            ``gather_settle_ms`` is not a finite number >= 0.
     """
 
     def __init__(self, translator: "Translator", *, max_batch: int = DEFAULT_MAX_BATCH,
                  gather_ms: float = DEFAULT_GATHER_MS, gather_gap_ms: float = DEFAULT_GATHER_GAP_MS,
-                 gather_cap_ms: float = DEFAULT_GATHER_CAP_MS) -> None:
+                 gather_cap_ms: float = DEFAULT_GATHER_CAP_MS, gather_settle_ms: float = DEFAULT_GATHER_SETTLE_MS,
+                 announcements: Announcements | None = None) -> None:
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         for name, value in (("gather_ms", gather_ms), ("gather_gap_ms", gather_gap_ms),
-                            ("gather_cap_ms", gather_cap_ms)):
+                            ("gather_cap_ms", gather_cap_ms), ("gather_settle_ms", gather_settle_ms)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise ValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
         self.translator = translator
         self.max_batch = max_batch
         self.gather_s, self.gather_gap_s, self.gather_cap_s = gather_ms / 1e3, gather_gap_ms / 1e3, gather_cap_ms / 1e3
+        self.gather_settle_s = gather_settle_ms / 1e3
+        self.announcements = Announcements() if announcements is None else announcements
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # notified when a batchable sentence joins the queue
         self._last_arrival = 0.0  # time.monotonic() of the latest batchable sentence
@@ -193,6 +255,7 @@ class DecodeQueue:
             self._execute([job])
             return job.outcome()
         with self._lock:
+            job.announced = self.announcements.withdraw()
             (self._background if job.background else self._waiting).append(job)
             lead = not self._busy
             self._busy = True
@@ -218,18 +281,26 @@ class DecodeQueue:
         return job.outcome()
 
     def _gather(self, key: tuple) -> None:
-        """The gathering window of a sentence that found the queue idle: wait ``gather_s`` for a second sentence, then
-        while others keep arriving (each within ``gather_gap_s`` of the last), until its batch is full or
-        ``gather_cap_s`` have passed."""
+        """The gathering window of a sentence that found the queue idle: while announced sentences are on their way,
+        wait for them; otherwise wait ``gather_s`` for a second sentence, then while others keep arriving (each
+        within ``gather_gap_s`` of the last, ``gather_settle_s`` when all came announced). Never past a full batch or
+        ``gather_cap_s``."""
         if self.gather_s <= 0 or self.gather_cap_s <= 0 or self.max_batch == 1:
             return
         with self._lock:
             cap = time.monotonic() + self.gather_cap_s
             while (n := sum(j.key == key for j in self._waiting)) < self.max_batch:
                 now = time.monotonic()
-                until = min(self._last_arrival + (self.gather_s if n < 2 else self.gather_gap_s), cap)
-                if now >= until:
-                    return
+                if len(self.announcements):  # announced sentences on their way: wait for them (looking again)
+                    until = min(now + _ANNOUNCEMENT_POLL_S, cap)
+                    if now >= cap:
+                        return
+                else:
+                    settled = all(j.announced for j in self._waiting if j.key == key)
+                    gap = self.gather_s if n < 2 else (self.gather_settle_s if settled else self.gather_gap_s)
+                    until = min(self._last_arrival + gap, cap)
+                    if now >= until:
+                        return
                 self._arrived.wait(until - now)
 
     def _take(self) -> list[_Job]:

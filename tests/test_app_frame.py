@@ -519,3 +519,25 @@ def test_the_sidebar_links_carry_each_pages_last_view(checkpoints):
     at.number_input(key="tr_beam").set_value(3)
     at.button[0].click().run()  # the form's submit button
     assert links()["Translate"] == {"text": ["Good morning"], "beam": ["3"]}
+
+
+def test_the_class_pages_announce_their_sentence_and_take_it_back(checkpoints, monkeypatch):
+    """Translate and the explorer announce the sentence they will ask for when their run starts (so a gathering
+    class waits for them: aiayn.serving.Announcements); other pages do not; no announcement outlives its run, whether
+    the sentence was decoded (the job takes it back) or came from the cache (the page withdraws it)."""
+    from app_pages import open_page
+
+    from aiayn.app import frame, models
+
+    pages: list[str] = []
+    real = frame.announce_sentence
+    monkeypatch.setattr(frame, "announce_sentence", lambda: (pages.append("announced"), real()))
+    at = AppTest.from_file(APP, default_timeout=60).run()  # the Overview
+    assert not at.exception and pages == []
+    for path in ("pages/1_Translate.py", "pages/2_Attention_Explorer.py"):
+        at = open_page(path, {"text": "Good morning"})
+        assert not at.exception, at.exception
+        at.run()  # again: the sentence now comes from the cache
+        assert not at.exception, at.exception
+    assert pages == ["announced"] * 4
+    assert len(models.announcements()) == 0

@@ -376,9 +376,113 @@ def test_jobs_that_are_not_sentences_never_gather(recorder):
     assert not worker.is_alive() and q.stats.turns == 2 and q.stats.background == 1
 
 
+# -- announced sentences: the app says which page runs will ask for one -------------------------------------------
+def _announced_caller(q, text, go: threading.Event, out: dict) -> threading.Thread:
+    """A thread that announces a sentence at once, then submits ``text`` once ``go`` is set (its page set-up)."""
+    def run():
+        q.announcements.announce()
+        assert go.wait(20)
+        out[text] = q.explain(text)
+
+    return threading.Thread(target=run)
+
+
+def test_a_gathering_sentence_waits_for_an_announced_one_past_every_window(recorder):
+    """Windows of 1 ms would decode the first sentence alone at once; an announced second sentence still on its way
+    holds it (up to the hour-long cap), and both share one batch, which runs as soon as nothing is on its way."""
+    q = DecodeQueue(object(), gather_ms=1.0, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS, gather_settle_ms=1.0)
+    go, out = threading.Event(), {}
+    second = _announced_caller(q, "b", go, out)
+    second.start()
+    _until(lambda: len(q.announcements) == 1, "the second sentence is announced")
+    now = threading.Event()
+    now.set()
+    first = _announced_caller(q, "a", now, out)  # announced too: with an unannounced one the gap would apply
+    first.start()
+    _until(lambda: q.waiting == (1, 0), "the first sentence gathers")
+    time.sleep(0.05)  # fifty 1 ms windows
+    assert recorder.batches == []  # without the announcement a batch of one would have run
+    go.set()
+    for t in (first, second):
+        t.join(20)
+        assert not t.is_alive()
+    assert [b for b, _ in recorder.batches] == [["a", "b"]] and out == {"a": "a|4|2", "b": "b|4|2"}
+    assert len(q.announcements) == 0  # the job took its announcement back
+
+
+def test_a_withdrawn_announcement_stops_the_wait(recorder):
+    """A run that announced and then found its sentence elsewhere (a cache) withdraws: the gathering sentence is
+    decoded without it."""
+    q = DecodeQueue(object(), gather_ms=1.0, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS)
+    announced, withdraw = threading.Event(), threading.Event()
+
+    def other_run():
+        q.announcements.announce()
+        announced.set()
+        assert withdraw.wait(20)
+        assert q.announcements.withdraw() and not q.announcements.withdraw()
+
+    other = threading.Thread(target=other_run)
+    other.start()
+    assert announced.wait(20)
+    first = threading.Thread(target=lambda: q.explain("a"))
+    first.start()
+    _until(lambda: q.waiting == (1, 0), "the first sentence gathers")
+    time.sleep(0.05)
+    assert recorder.batches == []
+    withdraw.set()
+    for t in (first, other):
+        t.join(20)
+        assert not t.is_alive()
+    assert [b for b, _ in recorder.batches] == [["a"]]
+
+
+def test_announced_sentences_settle_instead_of_waiting_the_gap(recorder):
+    """Once every waiting sentence came announced and none is on its way, the batch waits gather_settle_ms, not the
+    (hour-long) gap between arrivals; an unannounced sentence keeps the gap (here: the cap ends it)."""
+    q = DecodeQueue(object(), gather_ms=HOUR_MS, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS, gather_settle_ms=1.0)
+    go, out = threading.Event(), {}
+    callers = [_announced_caller(q, t, go, out) for t in ("a", "b")]
+    for t in callers:
+        t.start()
+    _until(lambda: len(q.announcements) == 2, "both are announced")
+    go.set()
+    for t in callers:
+        t.join(20)
+        assert not t.is_alive()
+    assert sorted(b for batch, _ in recorder.batches for b in batch) == ["a", "b"] and len(recorder.batches) == 1
+
+    q2 = DecodeQueue(object(), gather_ms=1.0, gather_gap_ms=HOUR_MS, gather_cap_ms=300.0, gather_settle_ms=1.0)
+    go2 = threading.Event()
+    announced = _announced_caller(q2, "c", go2, out)
+    announced.start()
+    _until(lambda: len(q2.announcements) == 1, "c is announced")
+    plain = threading.Thread(target=lambda: out.setdefault("d", q2.explain("d")))  # never announced
+    plain.start()
+    _until(lambda: q2.waiting == (1, 0), "d gathers")
+    go2.set()
+    _until(lambda: q2.waiting == (2, 0), "c joins")
+    time.sleep(0.05)  # fifty settle windows: d was not announced, so the gap (an hour) applies until the cap
+    assert len(recorder.batches) == 1
+    for t in (announced, plain):
+        t.join(20)
+        assert not t.is_alive()
+    assert [sorted(b) for b, _ in recorder.batches[1:]] == [["c", "d"]]
+
+
+def test_an_old_announcement_no_longer_counts():
+    ann = serving.Announcements(ttl_s=-1.0)  # every announcement is already too old
+    ann.announce()
+    assert len(ann) == 0 and not ann.withdraw()
+    fresh = serving.Announcements()
+    fresh.announce()
+    fresh.announce()  # renewed, still one
+    assert len(fresh) == 1 and fresh.withdraw() and len(fresh) == 0
+
+
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "30"])
 def test_the_gathering_window_must_be_a_finite_number(bad):
-    for name in ("gather_ms", "gather_gap_ms", "gather_cap_ms"):
+    for name in ("gather_ms", "gather_gap_ms", "gather_cap_ms", "gather_settle_ms"):
         with pytest.raises(ValueError, match=name):
             DecodeQueue(object(), **{name: bad})
 

@@ -31,8 +31,10 @@ from .models import (
     DIRECTION_LABELS,
     DIRECTIONS,
     ModelUnavailable,
+    announce_sentence,
     checkpoint_path,
     load_translator,
+    withdraw_sentence,
 )
 from .params import is_bool, warn_bad_param
 from .state import link_params
@@ -54,6 +56,9 @@ PAGES: list[tuple[str, str, str]] = [
     ("pages/10_Figure_1.py", "Figure 1, walked", ":material/schema:"),
     ("pages/11_Alignment_and_Attribution.py", "Alignment and attribution", ":material/join_inner:"),
 ]
+#: pages whose run asks the model for a free-running sentence (a class's pages): the frame announces it when the run
+#: starts (:func:`aiayn.app.models.announce_sentence`), so that the decode queue gathers the class into one batch
+ANNOUNCING_PAGES = frozenset({"pages/1_Translate.py", "pages/2_Attention_Explorer.py"})
 #: the repository root (page paths in :data:`PAGES` are relative to it)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,10 +209,21 @@ def run_app() -> None:
     """
     _leave_pages_directory_mode()
     _page_config("aiayn", ":material/home:")
+    paths = [path for path, _, _ in PAGES if page_exists(path)]
     pages = [st.Page(path, title=label, icon=icon, default=i == 0)
              for i, (path, label, icon) in enumerate(PAGES) if page_exists(path)]
     page = st.navigation(pages, position="hidden")
-    _RUN.ctx = frame_sidebar()
+    if next((path for path, p in zip(paths, pages) if p is page), None) in ANNOUNCING_PAGES:
+        announce_sentence()  # before the sidebar and the page's set-up: a gathering class waits for this one
+    try:
+        _RUN.ctx = frame_sidebar()
+        _run_page(page)
+    finally:
+        withdraw_sentence()
+
+
+def _run_page(page) -> None:
+    """Run ``page`` (a ``st.Page``) inside the frame, then draw the sidebar's links again."""
     try:
         page.run()
     except StopException:  # the page stopped early (st.stop) after drawing what it could

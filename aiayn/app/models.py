@@ -152,11 +152,33 @@ def serving_gather_ms() -> float:
     return value
 
 
+@st.cache_resource(show_spinner=False)
+def announcements():
+    """The process's one :class:`aiayn.serving.Announcements`, shared by every decode queue: the script runs that
+    will soon ask for a sentence (:func:`announce_sentence`), which a gathering sentence waits for."""
+    from ..serving import Announcements
+
+    return Announcements()
+
+
+def announce_sentence() -> None:
+    """Say that this script run (its thread) will soon ask a decode queue for a sentence: a sentence gathering
+    others waits for it (:class:`aiayn.serving.Announcements`). Its job takes it back, else
+    :func:`withdraw_sentence`."""
+    announcements().announce()
+
+
+def withdraw_sentence() -> None:
+    """Take back this script run's announcement (:func:`announce_sentence`), if it still holds one."""
+    announcements().withdraw()
+
+
 @st.cache_resource(show_spinner=False, max_entries=6)
 def _decode_queue(path: str, stamp: str):
     from ..serving import DecodeQueue
 
-    return DecodeQueue(_load_translator(path, stamp), max_batch=serving_max_batch(), gather_ms=serving_gather_ms())
+    return DecodeQueue(_load_translator(path, stamp), max_batch=serving_max_batch(), gather_ms=serving_gather_ms(),
+                       announcements=announcements())
 
 
 def decode_queue(direction: str):

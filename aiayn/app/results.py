@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import streamlit as st
 
-from .models import checkpoint_path, checkpoint_stamp, decode_queue
+from .models import checkpoint_path, checkpoint_stamp, decode_queue, withdraw_sentence
 
 if TYPE_CHECKING:  # annotations only: aiayn.translator imports torch
     from ..translator import Translation
@@ -90,6 +90,9 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
             prefix the model cannot be forced to write (too long, or with a reference).
     """
     path = checkpoint_path(direction)
-    return _explained(direction, str(path), checkpoint_stamp(path), text, reference, int(beam_size),
-                      float(length_penalty), None if max_len is None else int(max_len), int(n_best),
-                      head_mask_key(head_mask), prefix)
+    try:
+        return _explained(direction, str(path), checkpoint_stamp(path), text, reference, int(beam_size),
+                          float(length_penalty), None if max_len is None else int(max_len), int(n_best),
+                          head_mask_key(head_mask), prefix)
+    finally:  # a cached sentence never reached the queue: the run's announcement (if any) is no longer on its way
+        withdraw_sentence()
