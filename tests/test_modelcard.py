@@ -155,8 +155,16 @@ def test_card_of_a_model_trained_on_ding_and_debian_names_every_licence(tiny_che
     # the opening sentence names both corpora (it said "on the Ding German-English dictionary corpus" alone)
     first = text.split("\n\n")[1]
     assert "Ding German-English dictionary corpus and the German translations of Debian packages" in first
-    ding_only = render_card(tiny_checkpoints / "en-de", None, {"source": {"name": "Ding"}}, [], "cpu").split("\n\n")[1]
+    ding_only_card = render_card(tiny_checkpoints / "en-de", None, {"source": {"name": "Ding"}}, [], "cpu")
+    ding_only = ding_only_card.split("\n\n")[1]
     assert "Debian" not in ding_only and "on the Ding German-English dictionary corpus." in ding_only
+    # the limitations name the domain the model saw (they said "no dialogue text" of every model)
+    limits = text[text.index("## Limitations"):]
+    assert "software messages" in limits and "no news, web or dialogue text" not in limits
+    sheet["kinds"] = {"train_pairs": {"ding": 600, "ui": 300, "narrative": 100}}
+    limits = render_card(tiny_checkpoints / "en-de", None, sheet, [], "cpu").split("## Limitations")[1]
+    assert "training pairs by kind: ding 60%, ui 30%, narrative 10%" in limits
+    assert "no news, web or dialogue text" in ding_only_card.split("## Limitations")[1]
 
 
 def _with_lineage(tiny_checkpoints, tmp_path):

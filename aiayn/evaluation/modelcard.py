@@ -271,12 +271,24 @@ def _scores_section(evaluation: dict[str, Any] | None, samples: list[tuple[str, 
     return lines
 
 
-LIMITATIONS = ["## Limitations", "",
-               "- Small model and short training: the corpus is a dictionary (mostly 1-3 word phrases plus ~17k example "
-               "sentences), so the model knows many words but little long-range syntax; longer or unusual sentences "
-               "come out wrong, repeated or truncated. Treat translations as a teaching artefact, not a translation service.",
-               "- Domain: dictionary entries and example sentences; no news, web or dialogue text.",
-               "- Attention maps show what this model attends to; attention is not an explanation of its output.", ""]
+def limitations_lines(datasheet: dict[str, Any] | None) -> list[str]:
+    """The "Limitations" section, its domain line from the datasheet: Ding alone, or Ding and the Debian packages'
+    text by kind (``datasheet["kinds"]["train_pairs"]``, when the build recorded kinds)."""
+    kinds = ((datasheet or {}).get("kinds") or {}).get("train_pairs") or {}
+    if (datasheet or {}).get("debian_sources"):
+        share = ", ".join(f"{k} {v / max(sum(kinds.values()), 1):.0%}" for k, v in kinds.items())
+        domain = ("- Domain: Ding's dictionary entries and example sentences plus the translations of Debian packages "
+                  "(software messages, documentation, the story text of games)"
+                  + (f"; training pairs by kind: {share}" if share else "")
+                  + ". No news or web text, and few everyday sentences: everyday speech is where it errs most.")
+    else:
+        domain = "- Domain: dictionary entries and example sentences; no news, web or dialogue text."
+    return ["## Limitations", "",
+            "- Small model and short training: most training pairs are dictionary entries (1-3 word phrases), so the "
+            "model knows many words but less long-range syntax; longer or unusual sentences can come out wrong, "
+            "repeated or truncated. Treat translations as a teaching artefact, not a translation service.",
+            domain,
+            "- Attention maps show what this model attends to; attention is not an explanation of its output.", ""]
 
 
 def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[str, Any] | None, samples: list[tuple[str, str]],
@@ -287,7 +299,7 @@ def render_card(ckpt: Path, evaluation: dict[str, Any] | None, datasheet: dict[s
     meta, model = config.get("meta", {}), config["model"]
     lines = _intro_lines(ckpt, config, datasheet, notes) + _data_section(datasheet) + _model_section(model)
     lines += _training_section(meta, model, hardware) + lineage_lines(meta)
-    return "\n".join(lines + _scores_section(evaluation, samples) + LIMITATIONS)
+    return "\n".join(lines + _scores_section(evaluation, samples) + limitations_lines(datasheet))
 
 
 def record_scores(ckpt: str | Path, evaluation: dict[str, Any]) -> None:
