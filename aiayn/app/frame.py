@@ -209,17 +209,18 @@ def run_app() -> None:
     """
     _leave_pages_directory_mode()
     _page_config("aiayn", ":material/home:")
-    paths = [path for path, _, _ in PAGES if page_exists(path)]
-    pages = [st.Page(path, title=label, icon=icon, default=i == 0)
-             for i, (path, label, icon) in enumerate(PAGES) if page_exists(path)]
-    page = st.navigation(pages, position="hidden")
-    if next((path for path, p in zip(paths, pages) if p is page), None) in ANNOUNCING_PAGES:
+    pages = {path: st.Page(path, title=label, icon=icon, default=i == 0)
+             for i, (path, label, icon) in enumerate(PAGES) if page_exists(path)}
+    page = st.navigation(list(pages.values()), position="hidden")
+    if next((path for path, p in pages.items() if p is page), None) in ANNOUNCING_PAGES:
         announce_sentence()  # before the sidebar and the page's set-up: a gathering class waits for this one
+    _RUN.pages = pages
     try:
         _RUN.ctx = frame_sidebar()
         _run_page(page)
     finally:
         withdraw_sentence()
+        _RUN.pages = None
 
 
 def _run_page(page) -> None:
@@ -318,7 +319,8 @@ def frame_sidebar() -> PageContext:
 def _draw_links(where: Any) -> dict[str, dict[str, str]]:
     """The sidebar's title and a link to every page of :data:`PAGES`, each carrying the page's last view, drawn into
     the placeholder ``where`` (replacing what it held). Returns the query parameters of each link."""
-    views = {path: link_params(path) for path, _, _ in PAGES if page_exists(path)}
+    registered = getattr(_RUN, "pages", None)  # this run's st.Page of each existing page, under the frame
+    views = {path: link_params(path) for path, _, _ in PAGES if (path in registered if registered else page_exists(path))}
     with where.container():
         st.markdown("### aiayn")
         st.caption("Attention Is All You Need, instrumented")
@@ -371,9 +373,12 @@ def page_exists(path: str) -> bool:
 
 def page_link(path: str, **kwargs: Any) -> None:
     """``st.page_link`` that shows nothing (instead of raising) when the page is unknown to this run
-    (e.g. a page script run on its own as the entry point)."""
+    (e.g. a page script run on its own as the entry point). Under the frame the link names the run's ``st.Page``
+    (Streamlit then resolves no file path: a working-directory and symbolic-link look-up per link, which a class's
+    sessions would queue for on one GIL)."""
+    page = (getattr(_RUN, "pages", None) or {}).get(path, path)
     try:
-        st.page_link(path, **kwargs)
+        st.page_link(page, **kwargs)
     except StreamlitAPIException:
         pass
 
