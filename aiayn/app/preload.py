@@ -15,6 +15,16 @@ brings torch in while the Overview is read). Not a paper section: the serving jo
 """
 from __future__ import annotations
 
+import os
+
+# More than one torch thread (AIAYN_TORCH_THREADS, aiayn.app.models.serving_threads): OpenMP's threads then sleep
+# while they wait instead of spinning, unless the variable says otherwise. A spinning thread on a shared 2-core
+# machine holds a core that another process needs and then waits for its partner to be scheduled: a class's batch
+# took 3-5 times as long with two spinning threads as with one (docs/benchmarks.md). libgomp reads the variable once,
+# when torch loads it, hence here, before the first ``import torch`` of the server.
+if os.environ.get("AIAYN_TORCH_THREADS", "").strip() not in ("", "1"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # third-party libraries first, in the order the modules below would import them
 import numpy  # noqa: F401
 import pandas  # noqa: F401
