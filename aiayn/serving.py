@@ -28,8 +28,8 @@ sentences) never gather; a caller handed the turn by the previous runner does no
 while that batch ran). The app's window is ``$AIAYN_GATHER_MS`` (:func:`aiayn.app.models.serving_gather_ms`).
 
 **Announced sentences.** A window guesses; the app can say. A page run that will ask for a sentence announces it
-(:meth:`Announcements.announce`, in its thread) when it starts, before its page set-up (which takes a class's 30
-sessions about half a second on one GIL); its job, when it comes, takes the announcement back
+(:meth:`Announcements.announce`, in its thread) when it starts, before its page set-up (a class's sessions share one
+GIL for it); its job, when it comes, takes the announcement back
 (:meth:`Announcements.withdraw` when the run ends without one, e.g. a cached sentence). A gathering sentence waits
 while announced sentences are on their way (up to ``gather_cap_ms``), and once every sentence waiting came
 announced and none is left on its way, only ``gather_settle_ms`` after the last arrival
@@ -38,7 +38,8 @@ announced and none is left on its way, only ``gather_settle_ms`` after the last 
 be decoded alone, and the class's batch starts sooner after its last sentence. Sentences of callers that never
 announce keep the windows above. An announcement older than :data:`ANNOUNCEMENT_TTL_S` no longer counts (a run
 that ended without taking it back cannot hold the queue). The app shares one :class:`Announcements` among its
-queues (:data:`aiayn.app.models.ANNOUNCEMENTS`).
+queues (:func:`aiayn.app.models.announcements`). Measured: docs/benchmarks.md, "Classroom on the paper-size model,
+third round".
 
 A caller that is decoded alone gets what a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of
 one). In a batch, sources are padded, so maps and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
