@@ -370,9 +370,9 @@ def test_download_buttons_have_no_emoji_and_name_the_numbering(checkpoints):
         assert "count from 0" in b.proto.help and "count from 1" in b.proto.help
 
 
-def test_server_uses_one_torch_thread_unless_told_otherwise(tiny_checkpoints, monkeypatch):
-    """A server answers many sessions at once: one intra-op thread per request (AIAYN_TORCH_THREADS overrides;
-    a bad value is a clear ModelUnavailable on the page, not a traceback)."""
+def test_server_uses_two_torch_threads_at_most_unless_told_otherwise(tiny_checkpoints, monkeypatch):
+    """The server's one decode job at a time gets two intra-op threads, one on a one-core machine
+    (AIAYN_TORCH_THREADS overrides; a bad value is a clear ModelUnavailable on the page, not a traceback)."""
     import streamlit as st
     import torch
 
@@ -382,6 +382,10 @@ def test_server_uses_one_torch_thread_unless_told_otherwise(tiny_checkpoints, mo
     before = torch.get_num_threads()
     try:
         monkeypatch.delenv(models.THREADS_ENV, raising=False)
+        for cores, threads in ((1, 1), (2, 2), (16, 2)):
+            monkeypatch.setattr(models, "usable_cores", lambda cores=cores: cores)
+            assert models.serving_threads() == threads
+        monkeypatch.setenv(models.THREADS_ENV, "1")
         assert models.serving_threads() == 1
         for bad in ("0", "two", "-1", "1.5"):
             monkeypatch.setenv(models.THREADS_ENV, bad)
@@ -395,6 +399,7 @@ def test_server_uses_one_torch_thread_unless_told_otherwise(tiny_checkpoints, mo
         models.load_translator("en-de")
         assert torch.get_num_threads() == 2
         monkeypatch.delenv(models.THREADS_ENV)
+        monkeypatch.setattr(models, "usable_cores", lambda: 1)  # the default reaches torch: 1 on a one-core machine
         st.cache_resource.clear()
         models.load_translator("de-en")
         assert torch.get_num_threads() == 1

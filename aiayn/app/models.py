@@ -62,27 +62,38 @@ def checkpoint_stamp(path: str | Path) -> str:
     return "|".join(parts)
 
 
-#: environment variable: torch intra-op threads of the app's server process (default 1, see :func:`serving_threads`)
+#: environment variable: torch intra-op threads of the app's server process (default: see :func:`serving_threads`)
 THREADS_ENV = "AIAYN_TORCH_THREADS"
+#: the most threads the server takes by default: the decode queue runs one batch at a time, and a class's batch
+#: measured faster with two sleeping threads than with one, on a quiet machine and no slower under load
+DEFAULT_SERVING_THREADS = 2
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity where the OS tells it, else ``os.cpu_count()``), >= 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def serving_threads() -> int:
-    """Torch intra-op threads for the app's server: ``$AIAYN_TORCH_THREADS``, default 1.
+    """Torch intra-op threads for the app's server: ``$AIAYN_TORCH_THREADS``, default
+    ``min(DEFAULT_SERVING_THREADS, usable_cores())``.
 
-    One server answers many sessions at once, each in a thread of its own; the model's operations are small
-    (a few sentences, d_model 256), so a second intra-op thread does not make one translation faster, but each
-    request's threads then spin against the other sessions': with 30 students at once the server spent more CPU
-    time per student with torch's default (one thread per core) than with one (``python -m benchmarks --only
-    classroom``). Since then the sessions take turns on the model (:func:`decode_queue`) and a batch of their
-    sentences is one job; two threads for that job measured no better (within noise). The numbers:
-    docs/benchmarks.md, "Classroom load test".
+    The sessions take turns on the model (:func:`decode_queue`), so one job (often a class's batch of sentences)
+    runs at a time and its threads compete with the sessions' page scripts only. Torch's own default (one thread
+    per core) spun against those scripts; one thread left the batch's beam search at one core; two threads whose
+    OpenMP workers sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``, set by :mod:`aiayn.app.preload`) answered
+    30 students faster than one on a quiet machine and no slower under load (docs/benchmarks.md, "Classroom on the
+    paper-size model, third round").
 
     Raises:
         ValueError: the variable is set to something other than a positive integer.
     """
     raw = os.environ.get(THREADS_ENV, "").strip()
     if not raw:
-        return 1
+        return min(DEFAULT_SERVING_THREADS, usable_cores())
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"{THREADS_ENV} must be a positive integer (torch threads of the app server), got {raw!r}")
     return int(raw)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 
-# More than one torch thread (AIAYN_TORCH_THREADS, aiayn.app.models.serving_threads): OpenMP's threads then sleep
-# while they wait instead of spinning, unless the variable says otherwise. A spinning thread on a shared 2-core
+# The server's torch threads (AIAYN_TORCH_THREADS, aiayn.app.models.serving_threads: two by default) sleep while
+# they wait instead of spinning, unless OMP_WAIT_POLICY says otherwise (with one thread there is nothing to spin). A spinning thread on a shared 2-core
 # machine holds a core that another process needs, then waits for its partner to be scheduled: with spinning threads
 # a class's batch took several times as long as with one thread (docs/benchmarks.md, "Classroom on the paper-size
 # model, third round"). libgomp reads the variable once, when torch loads it: hence here, before the server's first
 # ``import torch``.
-if os.environ.get("AIAYN_TORCH_THREADS", "").strip() not in ("", "1"):
+if os.environ.get("AIAYN_TORCH_THREADS", "").strip() != "1":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # third-party libraries first, in the order the modules below would import them
