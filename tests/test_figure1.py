@@ -58,6 +58,7 @@ def test_block_numbers_equal_direct_computations(tr):
     assert [t.name for t in bars.data] == ["‖row‖", *view.metrics]
     np.testing.assert_allclose(bars.data[0].y, view.norms)
     assert bars.layout.xaxis.title.text and "legend" in bars.layout.yaxis.title.text
+    assert bars.layout.showlegend  # the axis points at the legend: plotly hides it for a single trace otherwise
 
 
 def test_tree_and_lens_figures_show_their_values(tr):

@@ -138,7 +138,7 @@ def metrics_figure(view: BlockView, *, template: str | None = None) -> go.Figure
         fig.add_bar(x=labels, y=values, name=name, visible=True if "LayerNorm" not in name else "legendonly")
     # The series mix units (ratios, fractions, a cosine, a norm), so the axis names the rule rather than one unit.
     fig.update_layout(barmode="group", height=380, xaxis=dict(type="category", title="position:piece"),
-                      yaxis_title="value per token (unit: the legend's)", margin=dict(l=10, r=10, t=30, b=40),
+                      yaxis_title="value per token (unit: the legend's)", showlegend=True, margin=dict(l=10, r=10, t=30, b=40),
                       legend=dict(orientation="h", y=-0.35))
     return use_template(fig, template)
 
