@@ -54,6 +54,8 @@ FLAG_HELP = {
                     "unset: 8 on CUDA or with --compile, 1 on CPU eager, where padding is only lost work); ",
     "residual_init_scale": "at a fresh start, multiply the initial W_V, W_O and W_2 by this (e.g. 0.38 = (8N)^-1/4 for "
                            "N = 6: post-LN at depth 6 then trains; docs/training.md); ",
+    "max_minutes": "stop when the run's training wall time reaches this; counted over the whole run, across "
+                   "resumes (a run resumed after 6.5 minutes with --max-minutes 2 stops after one step); 0 = no limit; ",
     "prefetch": "steps collated ahead by a loader thread (0: in the training thread); ",
     "threads": "intra-op threads (0: on a CPU, all cores less the load already running, decided at the start and "
                "stored with the run); ",
