@@ -78,12 +78,13 @@ def test_lineage_of_an_old_checkpoint_and_of_none():
     assert lifetime({}) is None and lineage_markdown({"lineage": "bad"}) is None and lineage_of(None) == []
 
 
-@pytest.mark.parametrize("direction, steps, runs, hours", [("en-de", 20_046, 4, 10.2), ("de-en", 20_070, 4, 8.2)])
+@pytest.mark.parametrize("direction, steps, runs, hours", [("en-de", 23_655, 5, 10.3), ("de-en", 23_655, 5, 8.3)])
 def test_the_shipped_checkpoints_record_their_whole_history(direction, steps, runs, hours):
     """docs/training.md: en-de 8,000 steps on Ding, then 2,000 on Ding + Debian, then 3,500 on the story build
-    (sessions 9 and 10), then 6,546 on the story build on a GPU (session 11); de-en warm-started from the en-de run at
-    step 8,000, 4,000 steps, then 1,602 on Ding + Debian, then 6,468 on the story build on the GPU. The last run matches
-    the meta's own numbers and says (in its note) how it was trained."""
+    (sessions 9 and 10), then 6,546 on the story build on a GPU (session 11), then 3,609 more on a GPU (session 12);
+    de-en warm-started from the en-de run at step 8,000, 4,000 steps, then 1,602 on Ding + Debian, then 6,468 on the
+    story build on the GPU, then 3,585 more (session 12). The last run matches the meta's own numbers and says (in its
+    note) how it was trained."""
     meta = meta_of(ROOT / "checkpoints" / direction)
     life = lifetime(meta)
     assert (life.steps, len(life.stages), life.complete) == (steps, runs, True)
