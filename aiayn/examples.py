@@ -41,6 +41,53 @@ EXAMPLES: dict[str, list[tuple[str, str, str]]] = {
 }
 
 
+#: the labs' default sentences: the Masking lab's sentence per source language (with its reference translation)
+MASKING_DEFAULTS: dict[str, tuple[str, str]] = {
+    "en": ("I like to read books in the garden.", "Ich lese gern Bücher im Garten."),
+    "de": ("Ich lese gern Bücher im Garten.", "I like to read books in the garden."),
+}
+#: the Compare lab's default pair per direction, A then B (sentence, reference): one word changed
+COMPARE_DEFAULTS: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "en-de": (("I have no time.", "Ich habe keine Zeit."), ("I have no money.", "Ich habe kein Geld.")),
+    "de-en": (("Ich habe keine Zeit.", "I have no time."), ("Ich habe kein Geld.", "I have no money.")),
+}
+#: other translations that are just as right as the reference (written by hand, like the references): a sentence
+#: has one reference for the explorer's teacher-forced view, but a model is right when it gives any of these
+ALSO_CORRECT: dict[str, dict[str, tuple[str, ...]]] = {
+    "en-de": {
+        "I would like to buy a new car.": ("Ich würde gern ein neues Auto kaufen.",
+                                           "Ich würde gerne ein neues Auto kaufen."),
+        "The cat sat on the mat.": ("Die Katze setzte sich auf die Matte.",),
+        "He reads the book that she gave him.": ("Er liest das Buch, das sie ihm gegeben hat.",),
+        "I like to read books in the garden.": ("Ich lese gerne Bücher im Garten.", "Ich lese im Garten gern Bücher.",
+                                                "Ich lese im Garten gerne Bücher."),
+    },
+    "de-en": {
+        "Ich möchte ein neues Auto kaufen.": ("I'd like to buy a new car.", "I want to buy a new car."),
+        "Der Hund schläft im Garten.": ("The dog sleeps in the garden.",),
+        "Ich lese gern Bücher im Garten.": ("I like reading books in the garden.",
+                                            "I enjoy reading books in the garden."),
+        "Ich habe kein Geld.": ("I don't have any money.",),
+    },
+}
+
+
+def demo_sentences(direction: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Every sentence the app puts in front of a class in ``direction``: the curated examples, the Masking lab's
+    default and the Compare lab's pair, each with the translations that count as right (its reference first,
+    then :data:`ALSO_CORRECT`). Sentences are unique, in the order above.
+
+    Raises:
+        ValueError: unknown direction.
+    """
+    pairs = sentence_pairs(direction) + [MASKING_DEFAULTS[direction[:2]]] + list(COMPARE_DEFAULTS[direction])
+    also = ALSO_CORRECT.get(direction, {})
+    out: dict[str, tuple[str, ...]] = {}
+    for src, ref in pairs:
+        out.setdefault(src, tuple(dict.fromkeys((ref, *also.get(src, ())))))
+    return list(out.items())
+
+
 def sentence_pairs(direction: str) -> list[tuple[str, str]]:
     """``(source, reference)`` of the curated examples of ``direction`` (``"en-de"`` or ``"de-en"``).
 

@@ -13,13 +13,14 @@ import streamlit as st
 from aiayn import calls, lessons
 from aiayn import app as ui
 from aiayn.analysis import LANGUAGE_NAMES
+from aiayn.examples import MASKING_DEFAULTS
 from aiayn.figures import labs
 
 EXAMPLES = {
     "en": ("The house is small.", "I like to read books in the garden.", "Thank you!"),
     "de": ("Das Haus ist klein.", "Ich lese gern Bücher im Garten.", "Danke!"),
 }
-DEFAULT_SENTENCE = {"en": "I like to read books in the garden.", "de": "Ich lese gern Bücher im Garten."}
+DEFAULT_SENTENCE = {lang: sentence for lang, (sentence, _) in MASKING_DEFAULTS.items()}
 
 
 @st.cache_data(max_entries=32, show_spinner="Translating…")

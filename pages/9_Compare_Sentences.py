@@ -16,6 +16,7 @@ from aiayn import app as ui
 from aiayn.app.pickers import head_picker, kind_picker, layer_picker
 from aiayn.app.state import seed_form, write_view
 from aiayn.analysis import align_maps
+from aiayn.examples import COMPARE_DEFAULTS
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.figures.compare import difference_heatmap
 
@@ -23,11 +24,7 @@ KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "masked decoder se
               "cross": "encoder-decoder (cross) attention"}
 MODES = ["free", "forced"]
 BY = ["pieces", "position"]
-#: default (sentence, reference) of A and B per direction: one word changed
-DEFAULTS = {
-    "en-de": (("I have no time.", "Ich habe keine Zeit."), ("I have no money.", "Ich habe kein Geld.")),
-    "de-en": (("Ich habe keine Zeit.", "I have no time."), ("Ich habe kein Geld.", "I have no money.")),
-}
+DEFAULTS = COMPARE_DEFAULTS  # (sentence, reference) of A and B per direction: one word changed
 
 ctx = ui.setup_page("Compare sentences", icon=":material/compare_arrows:")
 tr = ctx.translator
