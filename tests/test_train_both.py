@@ -166,6 +166,34 @@ def test_init_from_warm_starts_each_direction_from_its_own_checkpoint(data, tmp_
     assert "is not a checkpoint folder" in capsys.readouterr().err
 
 
+def test_gpu_stack6_grows_the_shipped_shape_and_needs_init_from(data, tmp_path, capsys):
+    """gpu-stack6 stacks the shipped N = 3 to N = 6: every other model field is the shipped one's, the depth a
+    multiple of it; each child gets --init-from and --init-stack; without --init-from it is refused before anything
+    starts (a fresh N = 6 with a warm-start schedule would train a different thing than asked)."""
+    r = RECIPES["gpu-stack6"]
+    for d in ("en-de", "de-en"):
+        shipped = json.loads((REPO / "checkpoints" / d / "config.json").read_text())["model"]
+        assert {k: shipped[k] for k in r["model"] if k != "n_layers"} == {k: v for k, v in r["model"].items()
+                                                                          if k != "n_layers"}
+        assert r["model"]["n_layers"] > shipped["n_layers"] and r["model"]["n_layers"] % shipped["n_layers"] == 0
+    root = tmp_path / "ckpts"
+    for d in ("en-de", "de-en"):
+        (root / d).mkdir(parents=True)
+        (root / d / "config.json").write_text("{}")
+        shutil.copyfile(data / "spm.model", root / d / "spm.model")
+    base = ["--data", str(data), "--out", str(tmp_path / "o"), "--recipe", "gpu-stack6", "--device", "cpu",
+            "--max-minutes", "10"]
+    plan = both._plan(both._parser().parse_args(base + ["--init-from", str(root)]))
+    cmd = both.train_command("de-en", plan)
+    assert "--init-stack" in cmd and cmd[cmd.index("--init-from") + 1] == str((root / "de-en").resolve())
+    assert cmd[cmd.index("--set") + 1:].count("n_layers=6") == 1
+    assert cli_main(base) == 2
+    assert "give --init-from" in capsys.readouterr().err
+    assert "--init-stack" not in train_flags({"init_stack": False})
+    with pytest.raises(BadInput, match="on or off"):
+        train_flags({"init_stack": "yes"})
+
+
 def test_pack_takes_the_files_behind_links(data, tmp_path):
     """A `-shipspm` folder (aiayn train-on) links its splits to the data folder: the pack holds the files, not links
     that would dangle on the device machine."""

@@ -83,6 +83,18 @@ RECIPES: dict[str, dict[str, Any]] = {
         "average_last": 4,
         "reserve_minutes": 4.0,
     },
+    # Session 12's measurement (docs/training.md, "Session 12"): the shipped N = 3 grown to N = 6 by progressive
+    # stacking (`--init-from checkpoints`, layers 1-3 copied onto 4-6) passed the N = 3 run going on in validation loss
+    # after 1,750 steps at equal device time; this is that run for both directions, meant to go on longer than 6.5 min.
+    "gpu-stack6": {
+        "preset": "base",
+        "model": {"d_model": 256, "d_ff": 1024, "n_heads": 8, "n_layers": 6, "max_len": 256},
+        "train": {"max_tokens": 25000, "accumulation": 1, "warmup_steps": 300, "lr_scale": 0.25, "upsample_sentences": 2,
+                  "amp": True, "valid_every": 250, "valid_bleu_sentences": 0, "save_every": 250, "keep": 4,
+                  "init_stack": True},
+        "average_last": 4,
+        "reserve_minutes": 4.0,
+    },
     # For tests and a first try on a laptop: a few dozen steps of a one-layer model, well under a minute on a CPU.
     "tiny": {
         "preset": "tiny",
@@ -96,6 +108,8 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 #: boolean ``aiayn train`` flags (``--amp`` / ``--no-amp``); every other training field is ``--field-name VALUE``
 BOOL_FLAGS = ("compile", "amp", "amp_cpu", "record_attention")
+#: ``aiayn train`` switches that only turn something on (``--init-stack``; it needs ``--init-from``)
+SWITCH_FLAGS = ("init_stack",)
 #: training fields this command sets itself (not through a recipe or ``--train-set``)
 OWN_FIELDS = ("data_dir", "run_dir", "direction", "preset", "model_overrides", "threads", "max_minutes", "init_from")
 #: the files of a prepared data folder that ``--pack`` takes (``test*.tsv`` too)
@@ -117,7 +131,7 @@ def _train_flag_names() -> set[str]:
     """The TrainConfig fields ``aiayn train`` takes as ``--flag VALUE`` (its ``VALUE_FLAGS``) or on/off flags."""
     from .cli import VALUE_FLAGS
 
-    return {name for name, _ in VALUE_FLAGS} | set(BOOL_FLAGS)
+    return {name for name, _ in VALUE_FLAGS} | set(BOOL_FLAGS) | set(SWITCH_FLAGS)
 
 
 def train_flags(train: dict[str, Any]) -> list[str]:
@@ -134,7 +148,11 @@ def train_flags(train: dict[str, Any]) -> list[str]:
         if key not in known:
             raise BadInput(f"`aiayn train` has no flag for {key!r}; training fields with a flag: {sorted(known)}")
         flag = "--" + key.replace("_", "-")
-        if key in BOOL_FLAGS:
+        if key in SWITCH_FLAGS:
+            if not isinstance(value, bool):
+                raise BadInput(f"{key} is on or off: give true or false, not {value!r}")
+            out += [flag] if value else []
+        elif key in BOOL_FLAGS:
             if not isinstance(value, bool):
                 raise BadInput(f"{key} is on or off: give true or false, not {value!r}")
             out.append(flag if value else "--no-" + key.replace("_", "-"))
@@ -445,6 +463,9 @@ def _plan(args) -> dict[str, Any]:
         raise BadInput(f"--threads must be >= 1, got {threads}")
     out = Path(args.out).expanduser()
     init_from = _warm_starts(args.init_from, data, directions)
+    if recipe["train"].get("init_stack") and not init_from:
+        raise BadInput(f"the recipe {args.recipe!r} grows a trained model by stacking its layers: give --init-from DIR "
+                       "(e.g. checkpoints)")
     return {"init_from": init_from, "recipe_name": args.recipe, "recipe": recipe, "data": data.resolve(), "out": out.resolve(), "device": device,
             "threads": threads, "reserve": reserve, "train_minutes": train_minutes, "max_minutes": args.max_minutes,
             "hardware": args.hardware or hardware_text(device, threads, len(directions)), "sweep": not args.no_sweep,
