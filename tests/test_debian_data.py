@@ -20,7 +20,7 @@ polib = pytest.importorskip("polib")
 
 from aiayn.data import Pair, make_splits, normalize, parse_ding  # noqa: E402
 from aiayn.data import debian as deb  # noqa: E402
-from aiayn.data.gettext_pairs import clean_message, clean_pairs, mo_pairs, pair_filter  # noqa: E402
+from aiayn.data.gettext_pairs import clean_message, clean_pairs, mo_pairs, pair_filter, strip_caret_context  # noqa: E402
 from aiayn.data.help_pages import align_blocks, aligned_page_pairs, split_sentences, text_blocks  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
@@ -111,6 +111,27 @@ def test_clean_pairs_on_the_real_catalogue(mo_file):
     assert counts["too_short"] >= 1 and counts["placeholders"] >= 1
     assert all("~" not in d and "<" not in d and "&" not in d.replace("& ", "") for d, e, n in kept)
     assert all(" _" not in " " + d.replace("__COUNTER__", "") for d, e, n in kept)
+
+
+@pytest.mark.parametrize("de, en, want", [
+    ("Guten Morgen, Delfador! Darf ich endlich gegen jemanden kämpfen?",
+     "female^Good morning, Delfador! Is it time to attack things?",
+     ("Guten Morgen, Delfador! Darf ich endlich gegen jemanden kämpfen?", "Good morning, Delfador! Is it time to attack things?")),
+    ("Verhältnis von tatsächlichen zu erwartetem", "stats dialog^Ratio of actual to expected",
+     ("Verhältnis von tatsächlichen zu erwartetem", "Ratio of actual to expected")),
+    ("editor^Karten sehen im Editor so aus wie im Spiel.", "editor^Maps look in the editor as they do in the game.",
+     ("Karten sehen im Editor so aus wie im Spiel.", "Maps look in the editor as they do in the game.")),
+    # text, not a context: a one-letter base, an escape after the caret, a formula
+    ("x^n für ganzzahlige n mit Fehlerabschätzung", "x^n for integer n with an error estimate", None),
+    ("Fehlgebildetes Escape-Zeichen ^@epsf: kein ']' gefunden.", "malformed ^@epsf escape: no ']' found", None),
+    ("Die Potenz a^2 wird berechnet.", "The power a^2 is computed.", None),
+])
+def test_caret_context_is_removed_from_wesnoth_messages(de, en, want):
+    counts = {}
+    assert strip_caret_context(de, en, counts) == (want or (de, en))
+    assert counts.get("caret_context", 0) == (1 if want else 0)
+    kept = clean_pairs([(de, en)], {})
+    assert all("^" not in e for _, e, _ in kept) or not want
 
 
 def test_lo_help_pages_align_by_order_and_by_id():

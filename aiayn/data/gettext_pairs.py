@@ -17,7 +17,7 @@ from typing import Iterable
 from .corpora import collapse_whitespace
 
 __all__ = ["RULES", "MIN_WORDS", "MAX_WORDS", "MAX_RATIO", "clean_message", "pair_filter", "german_score",
-           "english_score", "mo_pairs", "clean_pairs", "MAX_PLACEHOLDERS"]
+           "english_score", "mo_pairs", "clean_pairs", "strip_caret_context", "MAX_PLACEHOLDERS"]
 
 MIN_WORDS = 5
 MAX_WORDS = 80
@@ -28,6 +28,8 @@ MAX_PLACEHOLDERS = 2
 #: The rules, as written into the datasheet (the reason keys are the counters' names).
 RULES = {
     "context": "a context prefix `ctx\\x04msgid` is removed (polib gives it as msgctxt); plural forms: singular only",
+    "caret_context": "a context written into the English message as `context^text` (Wesnoth's sgettext convention: "
+                     "`female^Good morning`, `editor^...`) is removed, from the German side too when it has it",
     "placeholders": "printf/format placeholders (`%s`, `%1$d`, `%qD`, `%(name)s`, `{0}`, `{name}`, `$(ARG1)`, "
                     "`%1`, `$1`, `${name}`, minetest's `@1`, undecoded entities such as KDE's `&kgpg;`) are replaced by `X`; gcc's `%<`/`%>` quotes become `'`; `%%` becomes `%`",
     "too_many_placeholders": f"messages with more than {MAX_PLACEHOLDERS} placeholders are dropped",
@@ -54,6 +56,9 @@ _PLACEHOLDER = re.compile(
     r"|(?<!\w)@\d+\b"                   # minetest: "@1"
     r"|&[A-Za-z][\w.-]*;"                # an entity html.unescape does not know (KDE: "&kgpg;", "&kde;")
 )
+#: Wesnoth's sgettext context: a word or two and "^" before the message ("female^", "addon_tag^", "stats dialog^");
+#: at least two characters and no digit, space, "^" or "@" after it, so "x^n" and "malformed ^@epsf" stay text
+_CARET_CONTEXT = re.compile(r"[A-Za-z_][A-Za-z_ ]{1,30}\^(?=[^\d\s^@])")
 _PERCENT = "\ue000"  # stands for a literal "%%" while placeholders are replaced
 _GCC_QUOTE = re.compile(r"%[<>]")
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9:_-]*(?:\s[^<>]*)?/?>")
@@ -179,11 +184,25 @@ def mo_pairs(data: bytes | str) -> tuple[list[tuple[str, str]], int]:
     return out, n
 
 
+def strip_caret_context(de: str, en: str, counts: dict | None = None) -> tuple[str, str]:
+    """``(de, en)`` without a ``context^`` prefix on the English side (Wesnoth marks gendered and ambiguous messages
+    ``female^Good morning``; its ``sgettext`` shows only what follows the ``^``), removed from the German side too
+    when the translator kept it. ``counts["caret_context"]`` counts the pairs changed."""
+    m = _CARET_CONTEXT.match(en)
+    if not m:
+        return de, en
+    if counts is not None:
+        counts["caret_context"] = counts.get("caret_context", 0) + 1
+    prefix = m.group(0)
+    return (de[len(prefix):] if de.startswith(prefix) else de), en[m.end():]
+
+
 def clean_pairs(raw: Iterable[tuple[str, str]], counts: dict) -> list[tuple[str, str, bool]]:
     """Clean and filter raw ``(de, en)`` pairs: :func:`clean_message` on both sides, then :func:`pair_filter`.
     Returns ``[(de, en, normalised), ...]``; ``counts`` gets the number of pairs each rule changed or dropped."""
     out = []
     for de, en in raw:
+        de, en = strip_caret_context(de, en, counts)
         cd, nd = clean_message(de, counts)
         ce, ne = clean_message(en, counts)
         if cd is None or ce is None:
