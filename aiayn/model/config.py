@@ -160,6 +160,13 @@ class TransformerConfig:
         masks it as padding. With a ``target_language``, that language's tag (:meth:`language_tag_id`)."""
         if self.target_language is not None:
             return self.language_tag_id(self.target_language)
+        return self.start_piece_id
+
+    @property
+    def start_piece_id(self) -> int:
+        """The vocabulary piece that starts the decoder without a language tag: ``pad_id`` with
+        ``decoder_start="pad"`` (Opus-MT), else ``bos_id``. Never predicted, tags or not (a model with tags was
+        warm-started from one that began with this piece)."""
         return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
     def tag_piece(self, i: int) -> str | None:
@@ -172,7 +179,7 @@ class TransformerConfig:
     def never_predicted(self) -> tuple[int, ...]:
         """Output ids decoding never predicts: padding and the start piece (a language tag is not an output id
         at all, see :meth:`aiayn.model.transformer.Transformer.project`), sorted."""
-        return tuple(sorted({self.pad_id, self.pad_id if self.decoder_start == "pad" else self.bos_id}))
+        return tuple(sorted({self.pad_id, self.start_piece_id}))
 
     @property
     def d_k(self) -> int:
