@@ -38,6 +38,9 @@ from .model.attention import KVCache
 from .model.maps import AttentionMaps
 from .model.transformer import DecoderCache, EncoderOutput, Transformer
 
+#: an output projection at a serving precision (hidden states -> float32 logits), or None for the model's own
+Projection = Callable[[Tensor], Tensor] | None
+
 
 @dataclass
 class Hypothesis:
@@ -203,13 +206,13 @@ class _Top(NamedTuple):
 
 
 def _first_step(model: Transformer, tokens: Tensor, memory: EncoderOutput, cache: DecoderCache | None, rows: Tensor,
-                use_cache: bool, capture: bool, head_mask: Tensor | None, top_k: int):
+                use_cache: bool, capture: bool, head_mask: Tensor | None, top_k: int, project: Projection = None):
     """:func:`_step` for beam search's first step, where the K rows of a sentence are identical (the start piece
     over the same source; only the first is expanded): one row per sentence is run (``tokens`` ``(B, 1)``,
     ``memory`` and ``cache`` of B rows), then copied to its K rows (``rows`` ``(B * K,)``, the sentence of each row),
     the attention, the best pieces and the key/value cache with them (the cross-attention keys and values thus
     projected once per sentence and laid out contiguously). ``logits`` stay those of the B rows."""
-    logp, out, top = _step(model, tokens, memory, cache, use_cache, capture, head_mask, top_k)
+    logp, out, top = _step(model, tokens, memory, cache, use_cache, capture, head_mask, top_k, project)
     pick = (lambda x, dim=0: None if x is None else x.index_select(dim, rows))
     out = replace(out, self_weights=pick(out.self_weights, 1), cross_weights=pick(out.cross_weights, 1),
                   cache=None if out.cache is None else out.cache.index_select(rows))
@@ -227,13 +230,14 @@ def _init_cache(model: Transformer, enc: EncoderOutput) -> DecoderCache:
 
 
 def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cache: bool, capture: bool,
-          head_mask: Tensor | None = None, top_k: int = 0):
+          head_mask: Tensor | None = None, top_k: int = 0, project: Projection = None):
     """Log-probabilities of the next token for every row, ``(N, V)``, plus updated cache and attention, and (for
-    ``top_k`` > 0) the sorted ``torch.topk`` of each row's own log-probabilities, taken before the bans below."""
+    ``top_k`` > 0) the sorted ``torch.topk`` of each row's own log-probabilities, taken before the bans below.
+    ``project``: the output projection at a serving precision (``Transformer.decode``), None: the model's own."""
     if use_cache:
-        out = model.decode(tokens[:, -1:], enc, need_weights=capture, cache=cache, head_mask=head_mask)
+        out = model.decode(tokens[:, -1:], enc, need_weights=capture, cache=cache, head_mask=head_mask, project=project)
     else:
-        out = model.decode(tokens, enc, need_weights=capture, head_mask=head_mask)
+        out = model.decode(tokens, enc, need_weights=capture, head_mask=head_mask, project=project)
     logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
     top = logp.topk(min(top_k, logp.size(-1)), dim=-1) if top_k > 0 else None
     # Never predict padding or BOS (not renormalised: scores stay the model's own log-probabilities).
@@ -254,6 +258,7 @@ def greedy_decode(
     return_attention: bool = False,
     head_mask: Tensor | None = None,
     pick: Callable[[Tensor], Tensor] | None = None,
+    project: Projection = None,
 ) -> list[Hypothesis]:
     """Batched greedy decoding: at each step the most probable next token, until EOS or the max length.
     With ``pick`` another rule chooses each next token (ancestral sampling, :mod:`aiayn.sampling`).
@@ -270,6 +275,8 @@ def greedy_decode(
         pick: ``(N, V)`` float log-probabilities (``-inf`` on padding and the start piece) -> ``(N,)`` int64 ids;
             None is the argmax (greedy). ``log_prob`` / ``score`` stay the model's own log-probabilities of the
             picked ids.
+        project: the output projection at a serving precision, hidden states ``(N, 1, D)`` -> float32 logits
+            ``(N, 1, V)`` (:attr:`aiayn.model.projection.OutputProjection.function`); None: float32 (the model's).
 
     Returns:
         one :class:`Hypothesis` per sentence.
@@ -291,7 +298,7 @@ def greedy_decode(
     end_step = [0] * B
     finished = [False] * B
     for t in range(max(limits)):
-        logp, out, _ = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask)
+        logp, out, _ = _step(model, tokens, enc, cache, use_cache, return_attention, head_mask, 0, project)
         cache = out.cache
         if trace is not None:
             trace.add(out.self_weights, out.cross_weights)
@@ -558,6 +565,7 @@ def beam_search(
     prefix: Sequence[Sequence[int]] | None = None,
     recorder: list | None = None,
     next_k: int = 0,
+    project: Projection = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Section 6.1), best first.
 
@@ -583,6 +591,7 @@ def beam_search(
             pieces at each of its positions and the log-probability of the piece it took (:class:`StepTopK`), read
             from each step's own log-softmax along the back-pointers (what a teacher-forced pass over the output
             gives, without running one); 0 (default): None.
+        project: the output projection at a serving precision, as :func:`greedy_decode`'s; None: float32.
 
     Returns:
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
@@ -620,10 +629,10 @@ def beam_search(
     for t in range(max(limits)):
         if t == 0:
             logp, out, top = _first_step(model, beams.tokens[::K], memory, beams.cache, rows, use_cache,
-                                         return_attention, head_mask, max(next_k, 2 * K + len(banned)))
+                                         return_attention, head_mask, max(next_k, 2 * K + len(banned)), project)
         else:
             logp, out, top = _step(model, beams.tokens, beams.enc, beams.cache, use_cache, return_attention,
-                                   head_mask, max(next_k, 2 * K + len(banned)))
+                                   head_mask, max(next_k, 2 * K + len(banned)), project)
         cands = _candidates(beams, top, logp.size(-1), banned, forced, logp, t)
         n_ended = [len(e) for e in ended]
         choice = _choose(beams, cands, t, limits, length_penalty_alpha, cfg.eos_id, ended, done)

@@ -8,7 +8,9 @@ Hugging Face's ``save_pretrained`` (a local folder; on a machine with a network,
 * ``config.json`` + ``model.safetensors`` (:func:`aiayn.checkpoint.save_checkpoint`, float16 or float32);
 * Marian's tokenizer files ``source.spm``, ``target.spm``, ``vocab.json`` (read by
   :class:`aiayn.marian_tokenizer.MarianSentencePiece`: the checkpoint loads without ``transformers``);
-* the direction and origin in ``config.json["meta"]``;
+* the direction and origin in ``config.json["meta"]``, and with ``--serve-projection int8|bfloat16`` the precision
+  of the output projection the app serves it with (``meta["serve_projection"]``, :mod:`aiayn.model.projection`;
+  absent: float32, exact);
 * ``MODEL_CARD.md``: origin, licence (CC-BY 4.0) and attribution, the mapping, and the agreement with the
   original measured on the written files (:func:`measure_agreement`).
 
@@ -159,7 +161,7 @@ def measure_agreement(original: Any, tok: Any, directory: str | Path, *,
     from . import calls
     from .translator import Translator
 
-    ours = Translator.load(directory, device="cpu")
+    ours = Translator.load(directory, device="cpu", projection="float32")  # the conversion, whatever it serves with
     cfg, pad = ours.cfg, ours.cfg.pad_id
     encoded = [ours.encode_source(s).ids for s in sentences]
     ids_equal = sum(e == tok(s)["input_ids"] for e, s in zip(encoded, sentences))
@@ -223,7 +225,7 @@ d_ff = {cfg.d_ff}, vocabulary {cfg.vocab_size:,} (joint), {n_params:,} parameter
 
 
 def import_marian(source: str | Path, out: str | Path, *, dtype: str = "float16", direction: str | None = None,
-                  progress: bool = True) -> tuple[Path, Agreement]:
+                  progress: bool = True, serve_projection: str = "float32") -> tuple[Path, Agreement]:
     """Convert the Marian model at ``source`` into the checkpoint directory ``out`` (see the module docstring).
 
     Args:
@@ -232,6 +234,9 @@ def import_marian(source: str | Path, out: str | Path, *, dtype: str = "float16"
         dtype: ``"float16"`` or ``"float32"`` for the stored weights.
         direction: ``"src-tgt"``; default from the tokenizer's languages or an ``opus-mt-xx-yy`` name.
         progress: show a tqdm progress bar on stderr.
+        serve_projection: the output projection's precision the checkpoint is served with by default
+            (``meta["serve_projection"]``, :mod:`aiayn.model.projection`: ``"float32"``, ``"int8"``,
+            ``"bfloat16"``); the agreement is measured in float32 either way (it checks the conversion).
 
     Returns:
         ``(out, the measured Agreement)``.
@@ -242,8 +247,12 @@ def import_marian(source: str | Path, out: str | Path, *, dtype: str = "float16"
     """
     from tqdm import tqdm
 
+    from .model.projection import precision_error
+
     if dtype not in ("float16", "float32"):
         _fail(f"--dtype must be float16 or float32, got {dtype!r}")
+    if precision_error(serve_projection, source="--serve-projection"):
+        _fail(precision_error(serve_projection, source="--serve-projection"))
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         _fail(f"{out} exists and is not an empty folder")
@@ -253,17 +262,18 @@ def import_marian(source: str | Path, out: str | Path, *, dtype: str = "float16"
         model, tok = _load(str(source))
         direction = _direction(str(source), tok, direction)
         bar.update()
-        written, agreement = _convert_and_write(model, tok, str(source), out, dtype, direction, bar)
+        written, agreement = _convert_and_write(model, tok, str(source), out, dtype, direction, bar, serve_projection)
     finally:
         bar.close()
     return written, agreement
 
 
 def _convert_and_write(model: Any, tok: Any, source: str, out: Path, dtype: str, direction: str,
-                       bar: Any) -> tuple[Path, Agreement]:
+                       bar: Any, serve_projection: str = "float32") -> tuple[Path, Agreement]:
     from .checkpoint import save_checkpoint
     from .files import atomic_dir, atomic_write_bytes, umask_mode
     from .interop_marian import from_marian
+    from .model.projection import PROJECTION_META
 
     bar.set_postfix_str("converting")
     try:
@@ -275,6 +285,8 @@ def _convert_and_write(model: Any, tok: Any, source: str, out: Path, dtype: str,
     meta = {"direction": direction, "src_lang": src_lang, "tgt_lang": tgt_lang, "origin": "imported",
             "imported": {"from": "Opus-MT", "source": source, "license": LICENSE, "attribution": ATTRIBUTION,
                          "tool": "aiayn import-marian", "date": _dt.date.today().isoformat()}}
+    if serve_projection != "float32":
+        meta[PROJECTION_META] = serve_projection
     with atomic_dir(out) as tmp:
         bar.set_postfix_str("writing")
         save_checkpoint(tmp, ours, dtype=dtype, meta=meta)
@@ -303,13 +315,17 @@ def cli_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="stored weights")
     ap.add_argument("--direction", default=None, help="src-tgt (default: from the tokenizer or the model name)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--serve-projection", default="float32",
+                    help="output projection precision the app serves it with: float32 (default, exact), int8 (CPU; "
+                         "faster for a large vocabulary, logits a few hundredths of a nat off) or bfloat16 "
+                         "(CPUs with bf16 matrix units); $AIAYN_SERVE_PROJECTION overrides it")
     ap.add_argument("--sweep", action="store_true",
                     help="then compute the head-ablation sweep into DIR/head_sweep.json (aiayn sweep; en-de and de-en "
                          "only), so no visitor of the app ever waits for it")
     args = ap.parse_args(argv)
     try:
         out, a = import_marian(args.source, args.out, dtype=args.dtype, direction=args.direction,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, serve_projection=args.serve_projection)
     except (ImportFailed, FileNotFoundError) as exc:
         print(f"aiayn import-marian: {exc}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from .block_trace import BlockTrace, LensTable
 from .decoding import Hypothesis, StepTopK, beam_search, check_beam_options, greedy_decode
 from .devices import pick_device
 from .marian_tokenizer import MarianSentencePiece, is_marian_checkpoint
+from .model.projection import OutputProjection, serving_precision
 from .model.transformer import Transformer
 from .sampling import check_sampling_options, sampler
 from .tokenizer import Tokenizer
@@ -48,7 +49,16 @@ class Translator:
     Build with :meth:`load` (a checkpoint directory) or directly from a model and tokenizer.
     """
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, meta: dict[str, Any] | None = None, path: str | Path | None = None) -> None:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, meta: dict[str, Any] | None = None,
+                 path: str | Path | None = None, projection: str | OutputProjection = "float32") -> None:
+        """``projection``: the output projection's precision for this Translator's searches (beam, greedy,
+        sampling): a name of :data:`aiayn.model.projection.PRECISIONS` (its weights converted here, once) or an
+        :class:`~aiayn.model.projection.OutputProjection` of the same weights to share; the precision in use is
+        ``self.projection.precision``.
+
+        Raises:
+            ValueError: the tokenizer does not match the model; a bad ``projection`` (one line).
+        """
         cfg = model.cfg
         if tokenizer.vocab_size != cfg.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces but the model's vocabulary is {cfg.vocab_size}")
@@ -57,24 +67,30 @@ class Translator:
                 raise ValueError(f"tokenizer {name}={getattr(tokenizer, name)} differs from the model's {getattr(cfg, name)}")
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.projection = projection if isinstance(projection, OutputProjection) else OutputProjection(model, projection)
         self.meta = dict(meta or {})
         self.path = Path(path) if path is not None else None
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, device: str | torch.device | None = None,
-             direction: str | None = None) -> "Translator":
+             direction: str | None = None, projection: str | None = None) -> "Translator":
         """Load a checkpoint directory (default: the shipped ``checkpoints/en-de``).
 
         ``direction`` (``"en-de"`` / ``"de-en"``): translate that way (:meth:`for_direction`; a model with language
         tags serves both, a directional model only its own); None: the checkpoint's own direction.
+        ``projection``: the output projection's precision for decoding (:mod:`aiayn.model.projection`:
+        ``"float32"``, ``"int8"``, ``"bfloat16"``); None: ``$AIAYN_SERVE_PROJECTION`` when set, else the
+        checkpoint's ``meta["serve_projection"]``, else float32 (:func:`~aiayn.model.projection.serving_precision`).
 
         Raises:
             FileNotFoundError: the directory or one of its files is missing (named in the message).
             ValueError: a file is truncated, corrupt or foreign (named in the message); an unknown or
-                unavailable ``device`` (:func:`pick_device`); a ``direction`` the model does not translate.
+                unavailable ``device`` (:func:`pick_device`); a ``direction`` the model does not translate; a bad
+                ``projection`` or ``$AIAYN_SERVE_PROJECTION`` (one line).
         """
         d = Path(path) if path is not None else default_checkpoint()
         model, config = load_checkpoint(d, device=pick_device(device))
+        precision = serving_precision(projection, config.get("meta"))
         if is_marian_checkpoint(d):  # imported by `aiayn import-marian`: Marian's own tokenizer files
             tokenizer = MarianSentencePiece.load(d, bos_id=model.cfg.bos_id)
         else:
@@ -90,7 +106,7 @@ class Translator:
             if model.cfg.target_language is not None:
                 src = [s for s in model.cfg.language_tags if s != model.cfg.target_language][0]
                 meta.update(direction=f"{src}-{model.cfg.target_language}", src_lang=src, tgt_lang=model.cfg.target_language)
-        tr = cls(model, tokenizer, meta=meta, path=d)
+        tr = cls(model, tokenizer, meta=meta, path=d, projection=precision)
         return tr if direction is None else tr.for_direction(direction)
 
     def for_direction(self, direction: str) -> "Translator":
@@ -119,7 +135,7 @@ class Translator:
         view = copy.copy(self.model)  # shares the modules and weights; only the config (the start symbol) differs
         view.cfg = cfg.replace(target_language=tgt)
         return Translator(view, self.tokenizer, meta={**self.meta, "direction": direction, "src_lang": src,
-                                                      "tgt_lang": tgt}, path=self.path)
+                                                      "tgt_lang": tgt}, path=self.path, projection=self.projection)
 
     @property
     def cfg(self):
@@ -232,7 +248,7 @@ class Translator:
             results = beam_search(self.model, src, beam_size=beam_size, length_penalty_alpha=length_penalty,
                                   max_len=max_len, n_best=min(n_best, beam_size), use_cache=use_cache,
                                   return_attention=return_attention, head_mask=head_mask, prefix=forced,
-                                  recorder=recorder, next_k=next_k)
+                                  recorder=recorder, next_k=next_k, project=self.projection.function)
         elapsed = (time.perf_counter() - t0) * 1000.0
         out = [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(encoded, results)]
         for tr, ids in zip(out, forced or []):
@@ -297,7 +313,8 @@ class Translator:
         generator = torch.Generator(device=self.device).manual_seed(seed)
         pick = sampler(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
         with torch.inference_mode(), calls.autocast_for(self.device):
-            hyps = greedy_decode(self.model, src, max_len=max_len, return_attention=return_attention, pick=pick)
+            hyps = greedy_decode(self.model, src, max_len=max_len, return_attention=return_attention, pick=pick,
+                                 project=self.projection.function)
         tr = self._make(encoded[0], hyps, (time.perf_counter() - t0) * 1000.0, 1)
         if tr.attention is not None:
             tr.attention.meta["sampling"] = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}

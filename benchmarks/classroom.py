@@ -87,7 +87,7 @@ WARMUP = {"translate": "Good morning, everyone.", "explorer": "Thank you very mu
 #: what the explorer writes under the model output when the server decoded the sentence in a batch (aiayn.serving)
 BATCH_NOTE = re.compile(r"a batch of (\d+) sentences")
 #: the server's settings that change its capacity (aiayn.app.models), recorded with the results
-SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS", "AIAYN_GATHER_MS")
+SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS", "AIAYN_GATHER_MS", "AIAYN_SERVE_PROJECTION")
 #: the group's two classes (:func:`parts`) and the variable that picks them
 PARTS, PARTS_ENV = ("shipped", "opus_shape"), "AIAYN_BENCH_CLASSROOM"
 

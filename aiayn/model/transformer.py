@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -183,13 +184,18 @@ class Transformer(nn.Module):
         x = table(tokens) * math.sqrt(cfg.d_model) + pe.to(table.weight.dtype)
         return self.dropout(x)
 
-    def project(self, hidden: Tensor) -> Tensor:
-        """Pre-softmax linear map, ``(B, T, D) -> (B, T, V)``; tied to the embedding (Section 3.4); plus
-        ``final_logits_bias`` ``(V,)`` when ``cfg.final_logits_bias`` (Marian). V is ``cfg.vocab_size``: the
-        language tags' rows of a tied embedding are left out, so a tag is never predicted."""
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """The pre-softmax linear map's weight ``(V, D)`` (tied to the embedding, Section 3.4: its first
+        ``cfg.vocab_size`` rows, the language tags' rows left out so that a tag is never predicted) and its bias
+        ``(V,)`` (``final_logits_bias`` when ``cfg.final_logits_bias``, Marian's; else None)."""
         weight = self.embedding.weight[: self.cfg.vocab_size] if self.cfg.share_embeddings else self.generator.weight
-        if self.cfg.final_logits_bias:
-            return F.linear(hidden, weight, self.final_logits_bias.to(weight.dtype))
+        return weight, (self.final_logits_bias if self.cfg.final_logits_bias else None)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax linear map, ``(B, T, D) -> (B, T, V)`` (:meth:`output_layer`; Section 3.4)."""
+        weight, bias = self.output_layer()
+        if bias is not None:
+            return F.linear(hidden, weight, bias.to(weight.dtype))
         return F.linear(hidden, weight)
 
     def target_positions(self, tgt: Tensor, start: int = 0) -> Tensor:
@@ -288,6 +294,7 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
         self_attn_mask: Tensor | None = None,
         head_mask: Tensor | None = None,
+        project: Callable[[Tensor], Tensor] | None = None,
     ) -> DecoderOutput:
         """Run the decoder stack on ``tgt`` ``(B, T)`` (BOS-shifted decoder input) over ``enc``.
 
@@ -310,6 +317,8 @@ class Transformer(nn.Module):
             head_mask: ``(3, L, H)`` (see :meth:`check_head_mask`): rows 1 (decoder self-attention) and 2
                 (cross-attention) scale each head's output before ``W^O``; None changes nothing. Pass the
                 same mask to :meth:`encode` and at every step of incremental decoding.
+            project: the output projection ``(B, T, D) -> (B, T, V)`` float32 logits at a serving precision
+                (:attr:`aiayn.model.projection.OutputProjection.function`); None (default): :meth:`project`.
 
         Returns:
             :class:`DecoderOutput`; logits ``(B, T, V)``.
@@ -359,7 +368,7 @@ class Transformer(nn.Module):
         if self.cfg.norm_first:
             y = self.decoder_norm(y)
         new_cache = DecoderCache(new_self, new_cross, start + t) if cache is not None else None
-        return DecoderOutput(self.project(y), _stack(sw), _stack(cw), _stack(ssc), _stack(csc), new_cache)
+        return DecoderOutput((project or self.project)(y), _stack(sw), _stack(cw), _stack(ssc), _stack(csc), new_cache)
 
     def forward(
         self, src: Tensor, tgt: Tensor, *, return_attention: bool = False, return_scores: bool = False,
