@@ -167,3 +167,23 @@ def test_import_marian_records_the_serving_precision_and_refuses_a_bad_one(tmp_p
     assert meta["serve_projection"] == "int8"
     assert meta["imported"]["agreement"]["greedy_equal"] == meta["imported"]["agreement"]["sentences"]  # float32
     assert Translator.load(out).projection.precision == "int8"
+
+
+def test_evaluate_dev_records_the_precision_it_decoded_with(tiny_checkpoints, tmp_path, monkeypatch, capsys):
+    from aiayn.evaluation.devsets import DEVSETS_DIR, cli_main, read_devset
+
+    sets = tmp_path / "sets"
+    sets.mkdir()
+    pairs = read_devset(DEVSETS_DIR / "short.tsv")[:3]
+    (sets / "short.tsv").write_text("en\tde\n" + "".join(f"{en}\t{de}\n" for en, de in pairs), encoding="utf-8")
+    args = ["--checkpoint", str(tiny_checkpoints / "en-de"), "--devsets", str(sets), "--sets", "short", "--device", "cpu"]
+    monkeypatch.setenv(PROJECTION_ENV, "int8")
+    assert cli_main([*args, "--out", str(tmp_path / "dev.json")]) == 0
+    res = json.loads((tmp_path / "dev.json").read_text(encoding="utf-8"))
+    assert res["decoding"]["projection"] == "int8"
+    tr = Translator.load(tiny_checkpoints / "en-de", projection="int8")
+    assert res["details"]["en-de"]["short"]["hypotheses"] == [t.text for t in tr.translate_batch([en for en, _ in pairs])]
+    monkeypatch.setenv(PROJECTION_ENV, "half")
+    assert cli_main([*args, "--out", "-"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("aiayn evaluate-dev: $AIAYN_SERVE_PROJECTION must be one of") and "'half'" in err[-1]

@@ -318,7 +318,7 @@ def _results_record(args: argparse.Namespace, tr, res: dict[str, Any], direction
         "limit": args.limit,
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha,
                      "max_len": args.max_len if args.max_len is not None else "source length + 50",
-                     "batch_size": args.batch_size},
+                     "batch_size": args.batch_size, "projection": tr.projection.precision},
         "scores": {
             "model": {"bleu": res["model"]["bleu"], "chrf": res["model"]["chrf"]},
             "dictionary_baseline": ({"bleu": res["baseline"]["bleu"], "chrf": res["baseline"]["chrf"]}
