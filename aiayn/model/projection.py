@@ -18,9 +18,9 @@ chosen explicitly and the same for every user of a loaded model (:func:`serving_
   product; logits about 1e-2 from float32's. For CPUs whose bfloat16 matrix units beat float32 (AMX, Zen 5);
   on a CPU without them it is slower than float32 at batch sizes (docs/benchmarks.md).
 
-Log-probabilities stay float32 after the projection (the log-softmax, the beam scores). Teacher-forced passes
-(scoring a reference, ablation, the head sweep, traces) always use float32: the setting concerns the searches
-(beam, greedy, sampling) of :class:`aiayn.Translator`.
+Log-probabilities stay float32 after the projection (the log-softmax, the beam scores). The setting concerns the
+searches of :class:`aiayn.Translator` (beam, greedy, sampling: translations, the explorer, the beam tree, the head
+sweep's ablated translations); teacher-forced passes (a reference's scores, traces, the logit lens) use float32.
 """
 from __future__ import annotations
 
