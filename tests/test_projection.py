@@ -187,3 +187,26 @@ def test_evaluate_dev_records_the_precision_it_decoded_with(tiny_checkpoints, tm
     assert cli_main([*args, "--out", "-"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("aiayn evaluate-dev: $AIAYN_SERVE_PROJECTION must be one of") and "'half'" in err[-1]
+
+
+def test_the_server_serves_every_user_the_environments_precision(tiny_checkpoints, monkeypatch):
+    """The app's cached Translator (one per process and checkpoint, shared by every session) and its decode queue
+    carry $AIAYN_SERVE_PROJECTION; a bad value is a ModelUnavailable naming the variable."""
+    import streamlit as st
+
+    from aiayn.app import models
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    try:
+        st.cache_resource.clear()
+        assert models.load_translator("en-de").projection.precision == "float32"
+        monkeypatch.setenv(PROJECTION_ENV, "int8")
+        st.cache_resource.clear()
+        tr = models.load_translator("en-de")
+        assert tr.projection.precision == "int8" and models.decode_queue("en-de").translator is tr
+        monkeypatch.setenv(PROJECTION_ENV, "INT8")
+        st.cache_resource.clear()
+        with pytest.raises(models.ModelUnavailable, match=PROJECTION_ENV):
+            models.load_translator("en-de")
+    finally:
+        st.cache_resource.clear()
