@@ -210,3 +210,23 @@ def test_the_server_serves_every_user_the_environments_precision(tiny_checkpoint
             models.load_translator("en-de")
     finally:
         st.cache_resource.clear()
+
+
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_the_sidebar_says_when_the_output_layer_is_not_float32(tiny_checkpoints, monkeypatch, precision):
+    """A class served in int8 sees it said in the sidebar (its translations can differ from float32's); in float32
+    the sidebar says nothing about precision."""
+    import streamlit as st
+    from app_pages import open_page
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    monkeypatch.setenv(PROJECTION_ENV, precision)
+    st.cache_resource.clear()
+    try:
+        at = open_page("pages/3_Positional_Encoding.py")
+        assert not at.exception
+        notes = [c.value for c in at.sidebar.caption if "output layer runs in" in c.value]
+        assert notes == ([] if precision == "float32" else [notes[0]])
+        assert precision == "float32" or "**int8**" in notes[0]
+    finally:
+        st.cache_resource.clear()

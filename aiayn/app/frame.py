@@ -284,6 +284,7 @@ def frame_sidebar() -> PageContext:
             help="Shared by all pages and kept in the URL, so a link reproduces the view.",
         )
         model_picker(direction if direction in DIRECTIONS else DEFAULT_DIRECTION)
+        _precision_note(direction if direction in DIRECTIONS else DEFAULT_DIRECTION)
         presenter = st.toggle(
             "Presenter mode",
             key="presenter",
@@ -314,6 +315,19 @@ def frame_sidebar() -> PageContext:
         colorscale=PRESENTER_COLORSCALE if presenter else COLORSCALE,
         template=DARK_TEMPLATE if _theme_type() == "dark" else LIGHT_TEMPLATE,
     )
+
+
+def _precision_note(direction: str) -> None:
+    """Say in the sidebar when the served model's output layer does not run in float32
+    (:mod:`aiayn.model.projection`: ``$AIAYN_SERVE_PROJECTION`` or the checkpoint's setting), since its translations
+    can then differ from the same model's float32 ones. Nothing when the model cannot be loaded (the page says why)."""
+    try:
+        precision = load_translator(direction).projection.precision
+    except ModelUnavailable:
+        return
+    if precision != "float32":
+        st.caption(f":material/memory: The output layer runs in **{precision}** on this server (faster for a "
+                   "class); a translation can differ from float32's by a word. Teacher-forced views stay float32.")
 
 
 def _draw_links(where: Any) -> dict[str, dict[str, str]]:
