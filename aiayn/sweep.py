@@ -7,7 +7,9 @@ scores live in :mod:`aiayn.analysis.ablation`; every pass here goes through :mod
 * :func:`head_sweep`: for each head alone, the drop in corpus chrF of the beam output (Section 6.1) and in the
   mean log-probability of the reference when that head is removed;
 * the per-checkpoint cache ``<checkpoint>/head_sweep.json`` (:func:`cached_head_sweep`, fresh while the weights,
-  sentences and beam size are the same) and its command line, ``aiayn sweep --checkpoint checkpoints/en-de``.
+  sentences and beam size are the same; a sweep decoded with the output layer at another precision,
+  :mod:`aiayn.model.projection`, is kept apart in ``head_sweep.<precision>.json``) and its command line,
+  ``aiayn sweep --checkpoint checkpoints/en-de``.
 
 A removed head's attention weights are still computed (what it would attend to); only its *output* is removed
 before ``W^O``. Torch is imported inside the functions, so that importing this module (the app does) stays light.
@@ -197,9 +199,13 @@ def head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, kinds: Seq
 
 
 # -- the per-checkpoint cache ---------------------------------------------------------------------------------
-def sweep_path(checkpoint: str | Path) -> Path:
-    """``<checkpoint>/head_sweep.json``."""
-    return Path(checkpoint) / SWEEP_FILE
+def sweep_path(checkpoint: str | Path, projection: str = "float32") -> Path:
+    """``<checkpoint>/head_sweep.json``, or ``head_sweep.<projection>.json`` for a sweep whose translations ran the
+    output layer at another precision than float32 (:mod:`aiayn.model.projection`; its chrF drops differ a little),
+    so that a server in int8 neither reads nor overwrites the float32 sweep a checkpoint ships with."""
+    if projection == "float32":
+        return Path(checkpoint) / SWEEP_FILE
+    return Path(checkpoint) / SWEEP_FILE.replace(".json", f".{projection}.json")
 
 
 def weights_sha256(checkpoint: str | Path) -> str:
@@ -215,12 +221,13 @@ def weights_sha256(checkpoint: str | Path) -> str:
 
 
 def sweep_payload(df: "pd.DataFrame", *, weights: str, pairs: Sequence[tuple[str, str]], beam_size: int,
-                  direction: str | None = None, elapsed_s: float | None = None) -> dict[str, Any]:
+                  direction: str | None = None, elapsed_s: float | None = None,
+                  projection: str = "float32") -> dict[str, Any]:
     """The JSON-able content of ``head_sweep.json``: format, weights sha256, sentences, settings, intact
     numbers and the rows of :func:`head_sweep` (layer and head from 0)."""
     return {
         "format": SWEEP_FORMAT, "format_version": SWEEP_VERSION, "weights_sha256": weights, "direction": direction,
-        "beam_size": beam_size, "pairs": [list(p) for p in pairs], "elapsed_s": elapsed_s,
+        "beam_size": beam_size, "projection": projection, "pairs": [list(p) for p in pairs], "elapsed_s": elapsed_s,
         "chrf_intact": df.attrs.get("chrf_intact"), "logprob_intact": df.attrs.get("logprob_intact"),
         "note": "drop = intact - ablated (one head removed); chrF points; log-probability in nats per reference "
                 "piece; layers and heads count from 0; sentences: the curated examples",
@@ -238,19 +245,22 @@ def sweep_frame(payload: dict[str, Any]) -> "pd.DataFrame":
     return df
 
 
-def load_sweep(checkpoint: str | Path, pairs: Sequence[tuple[str, str]], *, beam_size: int = 4) -> "pd.DataFrame | None":
+def load_sweep(checkpoint: str | Path, pairs: Sequence[tuple[str, str]], *, beam_size: int = 4,
+               projection: str = "float32") -> "pd.DataFrame | None":
     """The cached sweep of ``checkpoint`` when it is fresh, else None.
 
-    Fresh means: ``head_sweep.json`` exists, is readable, has this module's format and version, the sha256
-    of the weights it was computed on equals the current weights', and it used these ``pairs`` and
-    ``beam_size``. A stale or broken file gives None (recompute it), never an error.
+    Fresh means: :func:`sweep_path` (``head_sweep.json`` for ``projection`` float32) exists, is readable, has this
+    module's format and version, the sha256 of the weights it was computed on equals the current weights', and it
+    used these ``pairs``, ``beam_size`` and output-layer ``projection`` (a file without the field was written
+    before the option existed: float32). A stale or broken file gives None (recompute it), never an error.
     """
-    path = sweep_path(checkpoint)
+    path = sweep_path(checkpoint, projection)
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
         fresh = (payload.get("format") == SWEEP_FORMAT and payload.get("format_version") == SWEEP_VERSION
                  and payload.get("weights_sha256") == weights_sha256(checkpoint)
-                 and payload.get("pairs") == [list(p) for p in pairs] and payload.get("beam_size") == beam_size)
+                 and payload.get("pairs") == [list(p) for p in pairs] and payload.get("beam_size") == beam_size
+                 and payload.get("projection", "float32") == projection)
         return sweep_frame(payload) if fresh else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -274,7 +284,8 @@ def cached_head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, che
     ckpt = Path(checkpoint) if checkpoint is not None else tr.path
     if ckpt is None:
         raise ValueError("cached_head_sweep needs the checkpoint directory (the translator was not loaded from one)")
-    df = load_sweep(ckpt, pairs, beam_size=beam_size)
+    projection = tr.projection.precision
+    df = load_sweep(ckpt, pairs, beam_size=beam_size, projection=projection)
     if df is not None:
         if progress is not None:
             progress(1.0, "read from " + SWEEP_FILE)
@@ -283,9 +294,10 @@ def cached_head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, che
     df = head_sweep(tr, pairs, beam_size=beam_size, progress=progress, should_stop=should_stop, run=run)
     if write:
         payload = sweep_payload(df, weights=weights_sha256(ckpt), pairs=pairs, beam_size=beam_size,
-                                direction=tr.meta.get("direction"), elapsed_s=round(time.perf_counter() - t0, 2))
+                                direction=tr.meta.get("direction"), elapsed_s=round(time.perf_counter() - t0, 2),
+                                projection=projection)
         try:
-            atomic_write_text(sweep_path(ckpt), json.dumps(payload, indent=1) + "\n")
+            atomic_write_text(sweep_path(ckpt, projection), json.dumps(payload, indent=1) + "\n")
         except OSError:
             pass  # a read-only checkpoint: the caller still gets the result
     return df
@@ -315,7 +327,7 @@ def cli_main(argv: list[str] | None = None) -> int:
         print(f"head sweep: {exc}", file=sys.stderr)
         return 2
     if args.force:
-        sweep_path(args.checkpoint).unlink(missing_ok=True)
+        sweep_path(args.checkpoint, tr.projection.precision).unlink(missing_ok=True)
 
     def report(frac: float, label: str) -> None:
         print(f"\r[{frac:6.1%}] {label:<40}", end="", file=sys.stderr, flush=True)
@@ -323,7 +335,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     df = cached_head_sweep(tr, pairs, checkpoint=args.checkpoint, beam_size=args.beam_size, progress=report)
     print(file=sys.stderr)
-    print(f"{sweep_path(args.checkpoint)}: {len(df)} heads, intact chrF {df.attrs['chrf_intact']:.2f}, "
+    print(f"{sweep_path(args.checkpoint, tr.projection.precision)}: {len(df)} heads, intact chrF {df.attrs['chrf_intact']:.2f}, "
           f"log-prob/piece {df.attrs['logprob_intact']:.3f} ({time.perf_counter() - t0:.1f} s)")
     worst = df.sort_values("chrf_drop", ascending=False).head(5)
     print(worst[["kind", "layer", "head", "chrf_drop", "logprob_drop"]].to_string(index=False))

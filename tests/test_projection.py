@@ -230,3 +230,33 @@ def test_the_sidebar_says_when_the_output_layer_is_not_float32(tiny_checkpoints,
         assert precision == "float32" or "**int8**" in notes[0]
     finally:
         st.cache_resource.clear()
+
+
+def test_a_sweep_in_int8_is_stored_apart_and_never_read_as_float32(tiny_checkpoints, tmp_path):
+    """The head sweep's chrF drops come from translations, so they depend on the output layer's precision: a sweep
+    made in int8 goes to head_sweep.int8.json (the checkpoint's float32 head_sweep.json is neither read nor
+    overwritten), records its precision, and each precision reads back only its own file; a stored file without
+    the field was made in float32."""
+    import json
+    import shutil
+
+    from aiayn import Translator
+    from aiayn.sweep import cached_head_sweep, load_sweep, sweep_path
+
+    ckpt = tmp_path / "en-de"
+    shutil.copytree(tiny_checkpoints / "en-de", ckpt)
+    pairs = [("the cat", "die katze")]
+    f32 = cached_head_sweep(Translator.load(ckpt, projection="float32"), pairs, beam_size=2)
+    before = sweep_path(ckpt).read_bytes()
+    i8 = cached_head_sweep(Translator.load(ckpt, projection="int8"), pairs, beam_size=2)
+    assert sweep_path(ckpt, "int8").name == "head_sweep.int8.json" and sweep_path(ckpt).read_bytes() == before
+    assert json.loads(sweep_path(ckpt, "int8").read_text())["projection"] == "int8"
+    assert load_sweep(ckpt, pairs, beam_size=2, projection="int8")["chrf_drop"].tolist() == i8["chrf_drop"].tolist()
+    assert load_sweep(ckpt, pairs, beam_size=2)["chrf_drop"].tolist() == f32["chrf_drop"].tolist()
+    # a float32 file from before the field existed stays fresh for float32 only
+    payload = json.loads(sweep_path(ckpt).read_text())
+    del payload["projection"]
+    sweep_path(ckpt).write_text(json.dumps(payload))
+    assert load_sweep(ckpt, pairs, beam_size=2) is not None
+    sweep_path(ckpt, "int8").unlink()
+    assert load_sweep(ckpt, pairs, beam_size=2, projection="int8") is None

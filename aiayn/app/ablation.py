@@ -178,8 +178,8 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _fresh_sweep(direction: str, ckpt: str, stamp: str, pairs: tuple, beam_size: int):  # noqa: ARG001
-    return load_sweep(ckpt, [tuple(p) for p in pairs], beam_size=beam_size)
+def _fresh_sweep(direction: str, ckpt: str, stamp: str, pairs: tuple, beam_size: int, projection: str):  # noqa: ARG001
+    return load_sweep(ckpt, [tuple(p) for p in pairs], beam_size=beam_size, projection=projection)
 
 
 #: seconds between two looks of a visitor's page at the running sweep's progress
@@ -193,10 +193,10 @@ def sweep_jobs() -> JobRegistry:
     return JobRegistry()
 
 
-def _sweep_stamp(path) -> str:
-    """The checkpoint's stamp plus its ``head_sweep.json``'s (a sweep written by the job is read at once)."""
+def _sweep_stamp(path, projection: str = "float32") -> str:
+    """The checkpoint's stamp plus its sweep file's (a sweep written by the job is read at once)."""
     try:
-        stat = sweep_path(path).stat()
+        stat = sweep_path(path, projection).stat()
         sweep = f"{stat.st_mtime_ns}:{stat.st_size}"
     except OSError:
         sweep = "missing"
@@ -251,7 +251,8 @@ def _sweep_job_view(ctx, path, pairs: list[tuple[str, str]], beam_size: int):
         return job.result()  # also written beside the checkpoint, unless its directory is read-only
     if status is None or status.state != RUNNING:
         runs = 2 * (3 * ctx.translator.cfg.n_layers * ctx.translator.cfg.n_heads + 1)
-        st.info(f"No up-to-date sweep is stored beside this checkpoint ({path.name}/head_sweep.json). Computing it "
+        stored = sweep_path(path, ctx.translator.projection.precision).name
+        st.info(f"No up-to-date sweep is stored beside this checkpoint ({path.name}/{stored}). Computing it "
                 f"runs the model {runs} times on the {len(pairs)} curated sentences, in the server's background: "
                 "every visitor's translations go first, every visitor sees its progress, and it is stored when done.")
         if status is not None and status.state == CANCELLED:
@@ -268,11 +269,13 @@ def _sweep_job_view(ctx, path, pairs: list[tuple[str, str]], beam_size: int):
 
 def sweep_view(ctx, pairs: list[tuple[str, str]], *, beam_size: int = 4) -> None:
     """The sweep (:func:`aiayn.sweep.head_sweep`) of the direction's checkpoint: read from its
-    ``head_sweep.json`` when fresh, else computed on request as a server-wide background job
+    ``head_sweep.json`` (``head_sweep.<precision>.json`` when the server's output layer is not float32) when fresh, else computed on request as a server-wide background job
     (:func:`sweep_jobs`: one per checkpoint, progress bar and Cancel button for every visitor); a layer x head
     heatmap per kind of a chosen metric (in the URL, ``metric``), the table and CSV/JSON downloads."""
     path = checkpoint_path(ctx.direction)
-    df = _fresh_sweep(ctx.direction, str(path), _sweep_stamp(path), tuple(map(tuple, pairs)), beam_size)
+    projection = ctx.translator.projection.precision  # the sweep's translations run at the server's precision
+    df = _fresh_sweep(ctx.direction, str(path), _sweep_stamp(path, projection), tuple(map(tuple, pairs)), beam_size,
+                      projection)
     df = df if df is not None else _sweep_job_view(ctx, path, pairs, beam_size)
     if df is None:
         return
