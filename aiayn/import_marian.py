@@ -251,8 +251,9 @@ def import_marian(source: str | Path, out: str | Path, *, dtype: str = "float16"
 
     if dtype not in ("float16", "float32"):
         _fail(f"--dtype must be float16 or float32, got {dtype!r}")
-    if precision_error(serve_projection, source="--serve-projection"):
-        _fail(precision_error(serve_projection, source="--serve-projection"))
+    error = precision_error(serve_projection, source="--serve-projection")
+    if error:
+        _fail(error)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         _fail(f"{out} exists and is not an empty folder")

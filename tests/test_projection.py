@@ -215,15 +215,21 @@ def test_the_server_serves_every_user_the_environments_precision(tiny_checkpoint
 @pytest.mark.parametrize("precision", ["int8", "float32"])
 def test_the_sidebar_says_when_the_output_layer_is_not_float32(tiny_checkpoints, monkeypatch, precision):
     """A class served in int8 sees it said in the sidebar (its translations can differ from float32's); in float32
-    the sidebar says nothing about precision."""
+    the sidebar says nothing about precision. The note reads the setting without loading the model: the Overview,
+    which never needs the model, stays free of it."""
     import streamlit as st
     from app_pages import open_page
 
+    from aiayn.app import models
+
+    loads = []
+    monkeypatch.setattr(models, "_load_translator", lambda *a: loads.append(a))
     monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
     monkeypatch.setenv(PROJECTION_ENV, precision)
     st.cache_resource.clear()
     try:
-        at = open_page("pages/3_Positional_Encoding.py")
+        at = open_page("pages/0_Overview.py")
+        assert loads == []
         assert not at.exception
         notes = [c.value for c in at.sidebar.caption if "output layer runs in" in c.value]
         assert notes == ([] if precision == "float32" else [notes[0]])

@@ -34,6 +34,7 @@ from .models import (
     announce_sentence,
     checkpoint_path,
     load_translator,
+    served_precision,
     withdraw_sentence,
 )
 from .params import is_bool, warn_bad_param
@@ -320,12 +321,10 @@ def frame_sidebar() -> PageContext:
 def _precision_note(direction: str) -> None:
     """Say in the sidebar when the served model's output layer does not run in float32
     (:mod:`aiayn.model.projection`: ``$AIAYN_SERVE_PROJECTION`` or the checkpoint's setting), since its translations
-    can then differ from the same model's float32 ones. Nothing when the model cannot be loaded (the page says why)."""
-    try:
-        precision = load_translator(direction).projection.precision
-    except ModelUnavailable:
-        return
-    if precision != "float32":
+    can then differ from the same model's float32 ones. Read from the checkpoint's config (:func:`served_precision`):
+    a page that never loads the model (the Overview) does not load it for this note."""
+    precision = served_precision(direction)
+    if precision not in (None, "float32"):
         st.caption(f":material/memory: The output layer runs in **{precision}** on this server (faster for a "
                    "class); a translation can differ from float32's by a word. Teacher-forced views stay float32.")
 

@@ -268,6 +268,20 @@ def checkpoint_info(direction: str) -> CheckpointInfo:
     return CheckpointInfo(path=path, cfg=config["model_config"], meta=meta)
 
 
+def served_precision(direction: str) -> str | None:
+    """The precision the output layer of ``direction``'s model is (or will be) served with
+    (:func:`aiayn.model.projection.serving_precision`: ``$AIAYN_SERVE_PROJECTION``, else the checkpoint's
+    ``meta["serve_projection"]``, else ``"float32"``), read from ``config.json`` as :func:`checkpoint_info` does:
+    without loading the model or importing torch. None when the checkpoint or the setting is unusable (a page that
+    loads the model says why)."""
+    from ..model.projection import serving_precision
+
+    try:
+        return serving_precision(None, checkpoint_info(direction).meta)
+    except (ModelUnavailable, ValueError):
+        return None
+
+
 def model_card(path: str | Path) -> str | None:
     """Text of ``MODEL_CARD.md`` in a checkpoint directory, or None when it is missing or unreadable."""
     p = Path(path) / "MODEL_CARD.md"

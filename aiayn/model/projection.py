@@ -25,11 +25,12 @@ sweep's ablated translations); teacher-forced passes (a reference's scores, trac
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
+# torch is imported inside the functions: the app's sidebar reads the setting (serving_precision) on pages that
+# never load a model, and a cold server must not import torch for it (aiayn.app.preload does, in the background)
 
 #: environment variable: the output projection's precision for every model a process loads (overrides the checkpoint)
 PROJECTION_ENV = "AIAYN_SERVE_PROJECTION"
@@ -81,6 +82,8 @@ class OutputProjection:
     """
 
     def __init__(self, model: Any, precision: str = "float32") -> None:
+        import torch
+
         error = precision_error(precision)
         if error:
             raise ValueError(error)
@@ -103,10 +106,15 @@ class OutputProjection:
         return {"int8": self._int8, "bfloat16": self._bfloat16}.get(self.precision)
 
     def _bfloat16(self, hidden: Tensor) -> Tensor:
+        import torch
+        import torch.nn.functional as F
+
         logits = F.linear(hidden.to(torch.bfloat16), self._w_bf16).float()
         return logits if self._bias is None else logits + self._bias
 
     def _int8(self, hidden: Tensor) -> Tensor:
+        import torch
+
         x = hidden.float().reshape(-1, hidden.size(-1))                             # (N, D)
         x_scale = _scale(x)[:, None]                                                # (N, 1)
         acc = torch._int_mm(_quantize(x, x_scale[:, 0]), self._w_int8_t)           # (N, V) int32, exact
@@ -123,4 +131,6 @@ def _scale(rows: Tensor) -> Tensor:
 
 def _quantize(rows: Tensor, scale: Tensor) -> Tensor:
     """``(R, D)`` float -> ``(R, D)`` int8, ``round(row / scale)`` in [-127, 127]."""
+    import torch
+
     return torch.round(rows / scale[:, None]).clamp_(-127, 127).to(torch.int8)

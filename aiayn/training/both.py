@@ -148,14 +148,11 @@ def train_flags(train: dict[str, Any]) -> list[str]:
         if key not in known:
             raise BadInput(f"`aiayn train` has no flag for {key!r}; training fields with a flag: {sorted(known)}")
         flag = "--" + key.replace("_", "-")
-        if key in SWITCH_FLAGS:
+        if key in BOOL_FLAGS or key in SWITCH_FLAGS:
             if not isinstance(value, bool):
                 raise BadInput(f"{key} is on or off: give true or false, not {value!r}")
-            out += [flag] if value else []
-        elif key in BOOL_FLAGS:
-            if not isinstance(value, bool):
-                raise BadInput(f"{key} is on or off: give true or false, not {value!r}")
-            out.append(flag if value else "--no-" + key.replace("_", "-"))
+            if value or key in BOOL_FLAGS:  # a switch that is off is simply not given
+                out.append(flag if value else "--no-" + key.replace("_", "-"))
         else:
             out += [flag, str(value)]
     return out
