@@ -13,6 +13,7 @@ from aiayn.app.ablation import (
     compared_maps, comparison_view, head_switches, mask_for, scores, seed_switches, sweep_view,
 )
 from aiayn.examples import EXAMPLES, sentence_pairs
+from aiayn.sweep import sweep_path
 
 ctx = ui.setup_page("Head ablation", icon=":material/block:")
 tr = ctx.translator
@@ -124,5 +125,5 @@ st.markdown("#### Sweep: each head removed alone")
 pairs = sentence_pairs(ctx.direction)
 st.caption(f"For each head alone: the drop in corpus chrF of the beam output and in the reference's mean "
            f"log-probability per piece, on the {len(pairs)} curated sentences of this direction. "
-           "Cached beside the checkpoint in head_sweep.json.")
+           f"Cached beside the checkpoint in {sweep_path(ctx.checkpoint, ctx.translator.projection.precision).name}.")
 sweep_view(ctx, pairs)
