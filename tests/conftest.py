@@ -2,6 +2,7 @@
 fixture (tests never touch the full corpus or need the shipped checkpoints, except where they say so)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Tests use tiny tensors: one thread is as fast and does not fight other processes for the 2 CI cores.
 torch.set_num_threads(1)
+
+#: the settings of a server and of the benchmarks (which model, its precision, threads, batching): a developer's shell
+#: that exports one (e.g. ``AIAYN_SERVE_PROJECTION=int8`` for a class) must not change what the tests see, nor the
+#: servers the browser tests start (they inherit this environment). A test that needs one sets it (monkeypatch).
+SERVER_SETTINGS = ("AIAYN_CHECKPOINTS", "AIAYN_GATHER_MS", "AIAYN_MAX_BATCH", "AIAYN_SERVE_PROJECTION",
+                   "AIAYN_TORCH_THREADS", "AIAYN_BENCH_CLASSROOM", "AIAYN_BENCH_OPUS_CHECKPOINT")
+for _name in SERVER_SETTINGS:
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")
