@@ -38,7 +38,8 @@ announced and none is left on its way, only ``gather_settle_ms`` after the last 
 be decoded alone, and the class's batch starts sooner after its last sentence. Sentences of callers that never
 announce keep the windows above. An announcement older than :data:`ANNOUNCEMENT_TTL_S` no longer counts (a run
 that ended without taking it back cannot hold the queue). The app shares one :class:`Announcements` among its
-queues (:func:`aiayn.app.models.announcements`). Measured: docs/benchmarks.md, "Classroom on the paper-size model,
+queues (:func:`aiayn.app.models.announcements`); each announcement names its checkpoint, so a class on one model
+never waits for a visitor of another. Measured: docs/benchmarks.md, "Classroom on the paper-size model,
 third round".
 
 A caller that is decoded alone gets what a lone :func:`aiayn.analysis.explain` returns, bit for bit (a batch of
@@ -62,7 +63,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from .analysis.explain import explain, explain_batch
 
@@ -93,7 +94,8 @@ _ANNOUNCEMENT_POLL_S = 0.01
 class Announcements:
     """Threads that said they will soon submit a job to a :class:`DecodeQueue` (a page run that asks for a
     sentence), so that a gathering sentence waits for them (see the module docstring). Thread-safe; one object may
-    serve several queues.
+    serve several queues: each announcement names the queue it is for (its ``key``, e.g. a checkpoint path), so the
+    class of one model never waits for a visitor of another.
 
     Args:
         ttl_s: seconds after which an announcement no longer counts.
@@ -102,26 +104,32 @@ class Announcements:
     def __init__(self, ttl_s: float = ANNOUNCEMENT_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
-        self._by_thread: dict[int, float] = {}  # thread id -> time.monotonic() of its announcement
+        self._by_thread: dict[int, tuple[float, Hashable]] = {}  # thread id -> (time.monotonic(), key)
 
-    def announce(self) -> None:
-        """The calling thread will soon submit a job. Its next job takes the announcement back; :meth:`withdraw`
-        does when no job comes. A second call before either renews it."""
+    def announce(self, key: Hashable = None) -> None:
+        """The calling thread will soon submit a job to the queue of ``key`` (None: to a queue it cannot name, which
+        every queue then waits for). Its next job takes the announcement back; :meth:`withdraw` does when no job
+        comes. A second call before either replaces it."""
         with self._lock:
-            self._by_thread[threading.get_ident()] = time.monotonic()
+            self._by_thread[threading.get_ident()] = (time.monotonic(), key)
 
     def withdraw(self) -> bool:
         """Take back the calling thread's announcement; True if it had one."""
         with self._lock:
             return self._by_thread.pop(threading.get_ident(), None) is not None
 
-    def __len__(self) -> int:
-        """How many announced jobs are on their way (announcements older than ``ttl_s`` are dropped)."""
+    def count(self, key: Hashable = None) -> int:
+        """How many announced jobs are on their way to the queue of ``key``: those announced with ``key`` or with
+        no key; ``key`` None counts every one. Announcements older than ``ttl_s`` are dropped."""
         with self._lock:
             old = time.monotonic() - self.ttl_s
-            for ident in [i for i, t in self._by_thread.items() if t < old]:
+            for ident in [i for i, (t, _) in self._by_thread.items() if t < old]:
                 del self._by_thread[ident]
-            return len(self._by_thread)
+            return sum(key is None or k is None or k == key for _, k in self._by_thread.values())
+
+    def __len__(self) -> int:
+        """How many announced jobs are on their way, to any queue (:meth:`count` with no key)."""
+        return self.count()
 
 
 @dataclass
@@ -178,6 +186,8 @@ class DecodeQueue:
             announced and none is on its way (milliseconds, ``>= 0``).
         announcements: the :class:`Announcements` a gathering sentence waits for (shared by the app's queues);
             None: a new one (nothing is announced unless a caller uses :attr:`announcements`).
+        announce_key: the key announcements for this queue carry (:meth:`Announcements.announce`; the app: the
+            checkpoint's path); a gathering sentence waits only for those and for keyless ones. None: for every one.
 
     Raises:
         ValueError: ``max_batch`` is not a positive integer; ``gather_ms``, ``gather_gap_ms``, ``gather_cap_ms`` or
@@ -187,7 +197,7 @@ class DecodeQueue:
     def __init__(self, translator: "Translator", *, max_batch: int = DEFAULT_MAX_BATCH,
                  gather_ms: float = DEFAULT_GATHER_MS, gather_gap_ms: float = DEFAULT_GATHER_GAP_MS,
                  gather_cap_ms: float = DEFAULT_GATHER_CAP_MS, gather_settle_ms: float = DEFAULT_GATHER_SETTLE_MS,
-                 announcements: Announcements | None = None) -> None:
+                 announcements: Announcements | None = None, announce_key: Hashable = None) -> None:
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         for name, value in (("gather_ms", gather_ms), ("gather_gap_ms", gather_gap_ms),
@@ -199,6 +209,7 @@ class DecodeQueue:
         self.gather_s, self.gather_gap_s, self.gather_cap_s = gather_ms / 1e3, gather_gap_ms / 1e3, gather_cap_ms / 1e3
         self.gather_settle_s = gather_settle_ms / 1e3
         self.announcements = Announcements() if announcements is None else announcements
+        self.announce_key = announce_key
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # notified when a batchable sentence joins the queue
         self._last_arrival = 0.0  # time.monotonic() of the latest batchable sentence
@@ -292,7 +303,7 @@ class DecodeQueue:
             cap = time.monotonic() + self.gather_cap_s
             while (n := sum(j.key == key for j in self._waiting)) < self.max_batch:
                 now = time.monotonic()
-                if len(self.announcements):  # announced sentences on their way: wait for them (looking again)
+                if self.announcements.count(self.announce_key):  # announced sentences on their way: wait (look again)
                     until = min(now + _ANNOUNCEMENT_POLL_S, cap)
                     if now >= cap:
                         return

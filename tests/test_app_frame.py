@@ -536,7 +536,7 @@ def test_the_class_pages_announce_their_sentence_and_take_it_back(checkpoints, m
 
     pages: list[str] = []
     real = frame.announce_sentence
-    monkeypatch.setattr(frame, "announce_sentence", lambda: (pages.append("announced"), real()))
+    monkeypatch.setattr(frame, "announce_sentence", lambda *a: (pages.append("announced"), real(*a)))
     at = AppTest.from_file(APP, default_timeout=60).run()  # the Overview
     assert not at.exception and pages == []
     for path in ("pages/1_Translate.py", "pages/2_Attention_Explorer.py"):

@@ -402,6 +402,36 @@ def test_the_sidebar_picker_serves_the_imported_model(imported, tiny_checkpoints
     st.cache_resource.clear()
 
 
+def test_a_class_page_announces_its_sentence_for_the_model_it_will_be_served(imported, tiny_checkpoints, tmp_path,
+                                                                             monkeypatch):
+    """The announcement (aiayn.serving.Announcements) names the checkpoint of the model the URL chose, the key of
+    that model's decode queue: a class on the imported model never waits for a visitor of the shipped one."""
+    import streamlit as st
+    from app_pages import open_page
+
+    from aiayn.app import frame, models
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    said: list = []
+    real = frame.announce_sentence
+    monkeypatch.setattr(frame, "announce_sentence", lambda *a: (said.append(a), real(*a)))
+    for query in ({"model": "opus-mt-en-de"}, {}, {"direction": "de-en"}):
+        at = open_page("pages/1_Translate.py", {"text": "The cat sat on the mat.", **query})
+        assert not at.exception, at.exception
+    assert said == [(str(root / "opus-mt-en-de"),), (str(root / "en-de"),), (str(root / "de-en"),)]
+    for (path,) in said:  # the queue the page's sentence went to carries the same key
+        assert models._decode_queue(path, models.checkpoint_stamp(path)).announce_key == path
+    assert len(models.announcements()) == 0
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
 def test_parameter_counts_read_right_for_every_size():
     from aiayn.catalog import count_parameters
 

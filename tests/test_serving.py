@@ -510,3 +510,57 @@ def test_the_server_reads_its_gathering_window_from_the_environment(tiny_checkpo
                 models.decode_queue("en-de")
     finally:
         st.cache_resource.clear()
+
+
+def test_an_announcement_for_another_model_does_not_hold_the_class():
+    """Announcements name their queue (the app: the checkpoint's path): a gathering sentence of one queue waits for
+    its own and for keyless ones, never for another queue's; a queue without a key waits for every one."""
+    ann = serving.Announcements()
+    q_opus = DecodeQueue(object(), announcements=ann, announce_key="opus")
+    q_small = DecodeQueue(object(), announcements=ann, announce_key="small")
+    q_any = DecodeQueue(object(), announcements=ann)
+    other = threading.Event()
+    done = threading.Event()
+
+    def visitor(key):
+        ann.announce(key)
+        other.set()
+        assert done.wait(20)
+        ann.withdraw()
+
+    t = threading.Thread(target=visitor, args=("small",))
+    t.start()
+    assert other.wait(20)
+    counts = {name: ann.count(q.announce_key) for name, q in (("opus", q_opus), ("small", q_small), ("any", q_any))}
+    assert counts == {"opus": 0, "small": 1, "any": 1}
+    ann.announce(None)  # this thread cannot tell its model: every queue waits for it
+    assert (ann.count("opus"), ann.count("small"), len(ann)) == (1, 2, 2)
+    assert ann.withdraw()
+    done.set()
+    t.join(20)
+    assert not t.is_alive() and len(ann) == 0
+
+
+def test_a_gathering_sentence_is_not_held_by_another_queues_announcement(recorder):
+    """With 1 ms windows and an hour-long cap, a sentence of queue "opus" is decoded at once although a visitor of
+    queue "small" announced one and never comes."""
+    ann = serving.Announcements()
+    q = DecodeQueue(object(), gather_ms=1.0, gather_gap_ms=1.0, gather_cap_ms=HOUR_MS, announcements=ann,
+                    announce_key="opus")
+    hold, release = threading.Event(), threading.Event()
+
+    def visitor():
+        ann.announce("small")
+        hold.set()
+        assert release.wait(20)
+        ann.withdraw()
+
+    v = threading.Thread(target=visitor)
+    v.start()
+    assert hold.wait(20)
+    first = threading.Thread(target=lambda: q.explain("a"))
+    first.start()
+    first.join(20)
+    assert not first.is_alive() and [b for b, _ in recorder.batches] == [["a"]]
+    release.set()
+    v.join(20)

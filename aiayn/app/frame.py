@@ -25,7 +25,7 @@ import plotly.io as pio
 
 from ..figures.theme import PRESENTER_FONT_SIZE
 from .charts import EXPORT_FORMATS
-from .model_picker import model_picker
+from .model_picker import model_picker, url_checkpoint
 from .models import (
     DEFAULT_DIRECTION,
     DIRECTION_LABELS,
@@ -214,7 +214,8 @@ def run_app() -> None:
              for i, (path, label, icon) in enumerate(PAGES) if page_exists(path)}
     page = st.navigation(list(pages.values()), position="hidden")
     if next((path for path, p in pages.items() if p is page), None) in ANNOUNCING_PAGES:
-        announce_sentence()  # before the sidebar and the page's set-up: a gathering class waits for this one
+        announce_sentence(_announced_checkpoint())  # before the sidebar and the page's set-up: a gathering class
+        # of the same model waits for this one
     _RUN.pages = pages
     try:
         _RUN.ctx = frame_sidebar()
@@ -222,6 +223,17 @@ def run_app() -> None:
     finally:
         withdraw_sentence()
         _RUN.pages = None
+
+
+def _announced_checkpoint() -> str | None:
+    """The checkpoint (its path, as :func:`aiayn.app.models.checkpoint_path` names it and the decode queue is keyed)
+    this run's sentence will go to, told before the sidebar binds the settings: the direction and model from the
+    session's state, else the URL. None if it cannot be told (every model's queue then waits for the run)."""
+    try:
+        direction = st.session_state.get("direction") or st.query_params.get("direction")
+        return str(url_checkpoint(direction if direction in DIRECTIONS else DEFAULT_DIRECTION))
+    except Exception:  # noqa: BLE001 - an announcement is only a hint: never fail the page for it
+        return None
 
 
 def _run_page(page) -> None:

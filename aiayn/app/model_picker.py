@@ -30,6 +30,14 @@ def chosen_checkpoint(direction: str) -> Path:
     return resolve_checkpoint(_root(), direction, model if isinstance(model, str) else None)
 
 
+def url_checkpoint(direction: str) -> Path:
+    """What :func:`chosen_checkpoint` gives for ``direction`` once the sidebar's picker has run, known before it
+    runs (the picker binds ``?model=`` to the session's state only when it is drawn): the session's choice, else the
+    URL's ``?model=``."""
+    model = st.session_state.get(MODEL_KEY) or st.query_params.get(MODEL_KEY)
+    return resolve_checkpoint(_root(), direction, model if isinstance(model, str) else None)
+
+
 def model_picker(direction: str) -> str:
     """Draw the picker (a radio bound to ``?model=``, each model's size and origin as its caption) when ``direction`` has more than one checkpoint;
     an unknown ``?model=`` value is reported (:func:`aiayn.app.params.warn_bad_param`) and the default shown.

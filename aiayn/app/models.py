@@ -172,11 +172,12 @@ def announcements():
     return Announcements()
 
 
-def announce_sentence() -> None:
-    """Say that this script run (its thread) will soon ask a decode queue for a sentence: a sentence gathering
-    others waits for it (:class:`aiayn.serving.Announcements`). Its job takes it back, else
-    :func:`withdraw_sentence`."""
-    announcements().announce()
+def announce_sentence(checkpoint: str | None = None) -> None:
+    """Say that this script run (its thread) will soon ask the decode queue of ``checkpoint`` (a checkpoint
+    directory's path, as :func:`checkpoint_path` gives it; None: a queue it cannot name yet, which every queue then
+    waits for) for a sentence: a sentence gathering others in that queue waits for it
+    (:class:`aiayn.serving.Announcements`). Its job takes it back, else :func:`withdraw_sentence`."""
+    announcements().announce(checkpoint)
 
 
 def withdraw_sentence() -> None:
@@ -189,7 +190,7 @@ def _decode_queue(path: str, stamp: str):
     from ..serving import DecodeQueue
 
     return DecodeQueue(_load_translator(path, stamp), max_batch=serving_max_batch(), gather_ms=serving_gather_ms(),
-                       announcements=announcements())
+                       announcements=announcements(), announce_key=path)
 
 
 def decode_queue(direction: str):
