@@ -15,11 +15,13 @@ from aiayn.examples import ALSO_CORRECT, EXAMPLES, demo_sentences
 from aiayn.translator import CHECKPOINTS_DIR
 
 DIRECTIONS = ("en-de", "de-en")
-#: (direction, source) -> what the shipped model writes instead (session-12 checkpoints, lifetime 23,655 steps each)
+#: (direction, source) -> what the shipped model writes instead (session-13 checkpoints, lifetime en-de 31,739 and
+#: de-en 31,698 steps)
 STILL_WRONG = {
+    ("en-de", "The cat sat on the mat."): "Die Katze setzte auf den Mathe.",
     ("en-de", "Good morning!"): "Gute Morgen!",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
-    ("de-en", "Der Hund schläft im Garten."): "The dog hits in the garden.",
+    ("de-en", "Ich lese gern Bücher im Garten."): "I like books in the garden.",
 }
 
 
