@@ -193,8 +193,11 @@ class _AttentionTrace:
         for s, rs in enumerate(rows_self):
             dec[:, 0, :, s, : s + 1] = rs
         s_len = int(enc.src_mask[sentence].sum())
-        cross = torch.stack(rows_cross, dim=2)[:, None, :, :, :s_len]  # (L, 1, H, T, S)
-        encoder = enc.weights[:, sentence : sentence + 1, :, :s_len, :s_len].detach().float().cpu() if enc.weights is not None else None
+        # Copies, not views: a view keeps (and pickles, e.g. into the app's result cache) the storage of the whole
+        # batch's maps, for a class of 28 sentences about 28 times this sentence's own
+        cross = torch.stack(rows_cross, dim=2)[:, None, :, :, :s_len].clone()  # (L, 1, H, T, S)
+        encoder = (enc.weights[:, sentence : sentence + 1, :, :s_len, :s_len].detach().float().cpu().clone()
+                   if enc.weights is not None else None)
         return AttentionMaps(encoder=encoder, decoder=dec, cross=cross, src_lengths=[s_len], tgt_lengths=[T])
 
 
