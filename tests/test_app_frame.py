@@ -526,6 +526,29 @@ def test_the_sidebar_links_carry_each_pages_last_view(checkpoints):
     assert links()["Translate"] == {"text": ["Good morning"], "beam": ["3"]}
 
 
+def test_after_a_page_changed_its_view_only_its_own_link_is_drawn_again(checkpoints, monkeypatch):
+    """The sidebar draws every page's link before the page runs; afterwards it replaces only the links whose page
+    changed its view (each link's element in place), not the whole list: a class's sessions each sent a dozen more
+    elements when every link was drawn twice. No link is duplicated or lost."""
+    from app_pages import open_page
+
+    from aiayn.app import frame
+
+    calls: list[tuple[str, bool]] = []
+    real = frame.page_link
+    monkeypatch.setattr(frame, "page_link", lambda path, **kw: (calls.append((path, kw.get("into") is not None)),
+                                                                  real(path, **kw))[1])
+    at = open_page("pages/1_Translate.py", {"text": "Good morning"})
+    assert not at.exception, at.exception
+    pages = [path for path, _, _ in frame.PAGES]
+    last_draw = max(i for i, (path, into) in enumerate(calls) if path == pages[0] and not into)
+    redrawn = [path for path, into in calls[last_draw:] if into]
+    assert [path for path, into in calls[last_draw:last_draw + len(pages)]] == pages  # the list, once
+    assert redrawn == ["pages/1_Translate.py"]  # the page that changed its view (its text), alone
+    labels = [el.proto.label for el in at.sidebar.get("page_link")]
+    assert sorted(labels) == sorted(label for _, label, _ in frame.PAGES)  # each page once
+
+
 def test_the_class_pages_announce_their_sentence_and_take_it_back(checkpoints, monkeypatch):
     """Translate and the explorer announce the sentence they will ask for when their run starts (so a gathering
     class waits for them: aiayn.serving.Announcements); other pages do not; no announcement outlives its run, whether

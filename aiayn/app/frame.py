@@ -246,7 +246,7 @@ def _run_page(page) -> None:
     else:
         _redraw_links()
     finally:
-        _RUN.ctx = _RUN.links = _RUN.drawn = None
+        _RUN.ctx = _RUN.links = _RUN.drawn = _RUN.link_handles = None
 
 
 def _leave_pages_directory_mode() -> None:
@@ -343,24 +343,32 @@ def _precision_note(direction: str) -> None:
 
 def _draw_links(where: Any) -> dict[str, dict[str, str]]:
     """The sidebar's title and a link to every page of :data:`PAGES`, each carrying the page's last view, drawn into
-    the placeholder ``where`` (replacing what it held). Returns the query parameters of each link."""
+    the placeholder ``where`` (replacing what it held). Returns the query parameters of each link; each link's
+    element is kept (``_RUN.link_handles``) so that :func:`_redraw_links` can replace it alone."""
     registered = getattr(_RUN, "pages", None)  # this run's st.Page of each existing page, under the frame
     views = {path: link_params(path) for path, _, _ in PAGES if (path in registered if registered else page_exists(path))}
+    handles: dict[str, Any] = {}
     with where.container():
         st.markdown("### aiayn")
         st.caption("Attention Is All You Need, instrumented")
         for path, label, page_icon in PAGES:
             if path in views:
-                page_link(path, label=label, icon=page_icon, query_params=views[path] or None)
+                handles[path] = page_link(path, label=label, icon=page_icon, query_params=views[path] or None)
+    _RUN.link_handles = handles
     return views
 
 
 def _redraw_links() -> None:
-    """Draw the sidebar links again after the page ran when it changed its own view (the link to the page would
-    otherwise carry the view of its previous run)."""
-    links, drawn = getattr(_RUN, "links", None), getattr(_RUN, "drawn", None)
-    if links is not None and drawn != {path: link_params(path) for path in drawn}:
-        _draw_links(links)
+    """Draw again, after the page ran, the links whose page changed its own view (the link would otherwise carry
+    the view of the page's previous run): each in place of its old element, the others untouched (a class's
+    sessions each send a dozen fewer elements than when the whole list was drawn again)."""
+    drawn, handles = getattr(_RUN, "drawn", None), getattr(_RUN, "link_handles", None) or {}
+    if drawn is None:
+        return
+    for path, label, page_icon in PAGES:
+        if path in drawn and handles.get(path) is not None and (now := link_params(path)) != drawn[path]:
+            page_link(path, into=handles[path], label=label, icon=page_icon, query_params=now or None)
+            drawn[path] = now
 
 
 def setup_page(title: str, icon: str = ":material/smart_toy:", *, intro: str | None = None) -> PageContext:
@@ -396,16 +404,17 @@ def page_exists(path: str) -> bool:
     return Path(path).is_file() or (REPO_ROOT / path).is_file()
 
 
-def page_link(path: str, **kwargs: Any) -> None:
+def page_link(path: str, *, into: Any = None, **kwargs: Any) -> Any:
     """``st.page_link`` that shows nothing (instead of raising) when the page is unknown to this run
     (e.g. a page script run on its own as the entry point). Under the frame the link names the run's ``st.Page``
     (Streamlit then resolves no file path: a working-directory and symbolic-link look-up per link, which a class's
-    sessions would queue for on one GIL)."""
+    sessions would queue for on one GIL). ``into``: the element of an earlier link to replace (what this function
+    returned for it). Returns the link's element, or None when nothing was drawn."""
     page = (getattr(_RUN, "pages", None) or {}).get(path, path)
     try:
-        st.page_link(page, **kwargs)
+        return (into if into is not None else st).page_link(page, **kwargs)
     except StreamlitAPIException:
-        pass
+        return None
 
 
 def nav_query_params(**extra: Any) -> dict[str, str]:
