@@ -195,10 +195,12 @@ else:
                           "p next (mask)": leak.p_next_masked, "p next (no mask)": leak.p_next_unmasked,
                           "future mass (mean over heads)": leak.future_mass.mean(axis=(0, 1))})
     st.dataframe(table, hide_index=True)
+    g_m, g_u, p_m, p_u = greedy_pair(*key_id, tuple(pair["src_ids"]), queue)
     st.markdown("At **training** time an unmasked decoder could simply copy the next token from its input; the mask "
                 "forces it to predict. At **inference** the future does not exist yet, but recomputing the prefix "
-                "without the mask still changes what earlier positions see, so the output changes:")
-    g_m, g_u, p_m, p_u = greedy_pair(*key_id, tuple(pair["src_ids"]), queue)
+                "without the mask still changes what earlier positions see, "
+                + ("so the output changes:" if p_m != p_u else
+                   "which can change the output; for this sentence greedy decoding writes the same pieces either way:"))
     st.dataframe(pd.DataFrame({"decoder": ["with look-ahead mask (as trained)", "without mask"], "greedy output": [g_m, g_u],
                                "pieces": [" ".join(p_m), " ".join(p_u)]}), hide_index=True)
     ui.download_buttons(table, lambda: json.dumps({"future_mass": leak.future_mass.tolist(), "tokens": lab,

@@ -143,6 +143,33 @@ def test_masking_page_remove_mask_shows_leak(checkpoints):
     assert "future_mass" not in keys(at)
 
 
+def test_masking_page_says_the_output_changes_only_when_it_does(checkpoints, monkeypatch):
+    """Below the leak, the page compares greedy decoding with and without the look-ahead mask; its sentence says
+    "so the output changes" only when the two outputs shown differ: the tiny model writes the same pieces either way
+    for this sentence, and an unmasked decoder made to write one piece less must be said to change it."""
+    import streamlit as st
+
+    def shown(at):
+        table = next(df.value for df in at.dataframe if "greedy output" in df.value.columns)
+        said = next(m.value for m in at.markdown if "At **training** time" in m.value)
+        return table["pieces"].iloc[0] != table["pieces"].iloc[1], said
+
+    at = open_page(MASK, nomask="true", text="good morning")
+    assert not at.exception, at.exception
+    differ, said = shown(at)
+    assert not differ and "so the output changes" not in said and "writes the same pieces either way" in said
+
+    real = lessons.greedy_with_self_mask
+    monkeypatch.setattr(lessons, "greedy_with_self_mask",
+                        lambda model, src, causal=True: real(model, src, causal=True)[: None if causal else -1])
+    st.cache_data.clear()
+    at = open_page(MASK, nomask="true", text="good morning")
+    assert not at.exception, at.exception
+    differ, said = shown(at)
+    assert differ and "so the output changes:" in said and "either way" not in said
+    st.cache_data.clear()
+
+
 def test_masking_page_bad_input(checkpoints):
     at = open_page(MASK, dec_head="9")
     assert "Ignored the URL parameter `dec_head=9`" in messages(at)
