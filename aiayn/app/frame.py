@@ -25,7 +25,7 @@ import plotly.io as pio
 
 from ..figures.theme import PRESENTER_FONT_SIZE
 from .charts import EXPORT_FORMATS
-from .model_picker import model_picker, url_checkpoint
+from .model_picker import model_picker
 from .models import (
     DEFAULT_DIRECTION,
     DIRECTION_LABELS,
@@ -231,7 +231,7 @@ def _announced_checkpoint() -> str | None:
     session's state, else the URL. None if it cannot be told (every model's queue then waits for the run)."""
     try:
         direction = st.session_state.get("direction") or st.query_params.get("direction")
-        return str(url_checkpoint(direction if direction in DIRECTIONS else DEFAULT_DIRECTION))
+        return str(checkpoint_path(direction if direction in DIRECTIONS else DEFAULT_DIRECTION))
     except Exception:  # noqa: BLE001 - an announcement is only a hint: never fail the page for it
         return None
 

@@ -25,15 +25,9 @@ def _root() -> Path:
 
 def chosen_checkpoint(direction: str) -> Path:
     """The checkpoint directory this session is served for ``direction``: the picker's choice when it names a
-    checkpoint of that direction (:func:`aiayn.catalog.resolve_checkpoint`), else the shipped one."""
-    model = st.session_state.get(MODEL_KEY)
-    return resolve_checkpoint(_root(), direction, model if isinstance(model, str) else None)
-
-
-def url_checkpoint(direction: str) -> Path:
-    """What :func:`chosen_checkpoint` gives for ``direction`` once the sidebar's picker has run, known before it
-    runs (the picker binds ``?model=`` to the session's state only when it is drawn): the session's choice, else the
-    URL's ``?model=``."""
+    checkpoint of that direction (:func:`aiayn.catalog.resolve_checkpoint`), else the shipped one. The choice is the
+    session's state, or the URL's ``?model=`` before the picker has bound it (the frame announces a page's sentence
+    to its model's queue before the sidebar is drawn)."""
     model = st.session_state.get(MODEL_KEY) or st.query_params.get(MODEL_KEY)
     return resolve_checkpoint(_root(), direction, model if isinstance(model, str) else None)
 
