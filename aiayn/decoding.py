@@ -232,6 +232,38 @@ def _init_cache(model: Transformer, enc: EncoderOutput) -> DecoderCache:
     return DecoderCache(cache.self_kv, cross, cache.length)
 
 
+#: pieces per block of :func:`row_topk`: 64 was fastest of 64, 128 and 256 for 112 rows of 58,101 (docs/benchmarks.md)
+TOPK_BLOCK = 64
+
+
+def row_topk(x: Tensor, k: int, block: int = TOPK_BLOCK) -> _Top:
+    """The ``k`` largest entries of each row of ``x`` ``(N, V)`` float, sorted, as ``torch.topk(x, k, dim=-1)`` gives
+    them: ``values`` ``(N, k)`` (same dtype), ``indices`` ``(N, k)`` int64 into ``V``.
+
+    Exact, and cheaper than one ``torch.topk`` over a large vocabulary: each row is cut into blocks of ``block``
+    entries (plus a shorter tail), the ``k`` blocks with the largest maxima are kept, and ``torch.topk`` ranks only
+    their ``k * block`` entries and the tail. A row's ``k`` best entries always lie in those blocks: a block holding
+    one of them has a maximum at least that large, and fewer than ``k`` entries (so fewer than ``k`` blocks) are
+    larger. Equal values may come in another order than ``torch.topk``'s (its own order for ties is unspecified).
+    Each row is ranked alone, so a row's result does not depend on the other rows (a class's batch gives a lone
+    run's). Small vocabularies (fewer than ``4k`` blocks) use ``torch.topk`` itself.
+
+    Raises:
+        RuntimeError: from ``torch.topk`` when ``k`` exceeds ``V``.
+    """
+    N, V = x.shape
+    n = V // block
+    if n < 4 * k:
+        return x.topk(k, dim=-1)
+    blocks = x[:, : n * block].view(N, n, block)
+    best = blocks.amax(dim=-1).topk(k, dim=-1).indices                               # (N, k) block numbers
+    kept = blocks.gather(1, best[:, :, None].expand(N, k, block)).view(N, k * block)
+    ids = (best[:, :, None] * block + torch.arange(block, device=x.device)).view(N, k * block)
+    tail = torch.arange(n * block, V, device=x.device).expand(N, V - n * block)
+    top = torch.cat([kept, x[:, n * block:]], dim=1).topk(k, dim=-1)
+    return _Top(top.values, torch.cat([ids, tail], dim=1).gather(1, top.indices))
+
+
 def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cache: bool, capture: bool,
           head_mask: Tensor | None = None, top_k: int = 0, project: Projection = None):
     """Log-probabilities of the next token for every row, ``(N, V)``, plus updated cache and attention, and (for
@@ -242,7 +274,7 @@ def _step(model: Transformer, tokens: Tensor, enc: EncoderOutput, cache, use_cac
     else:
         out = model.decode(tokens, enc, need_weights=capture, head_mask=head_mask, project=project)
     logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    top = logp.topk(min(top_k, logp.size(-1)), dim=-1) if top_k > 0 else None
+    top = row_topk(logp, min(top_k, logp.size(-1))) if top_k > 0 else None
     # Never predict padding or BOS (not renormalised: scores stay the model's own log-probabilities).
     # the start token: BOS (ours), pad (Opus-MT); a language tag is no output id at all (Transformer.project)
     logp[:, list(model.cfg.never_predicted)] = float("-inf")

@@ -210,3 +210,32 @@ def test_bad_beam_settings_raise(model, src):
         beam_search(model, src, beam_size=0)
     with pytest.raises(ValueError, match="n_best"):
         beam_search(model, src, beam_size=2, n_best=3)
+
+
+@pytest.mark.parametrize("V, k", [(58_101, 10), (8_000, 10), (4_096, 3), (300, 5)])
+def test_row_topk_equals_torch_topk(V, k):
+    """The blocked top-k of the beam step gives torch.topk's values and indices (distinct values: no ties), on rows
+    whose best entries sit in one block, across blocks, in the short tail, and next to -inf entries; small
+    vocabularies take torch.topk's own path."""
+    from aiayn.decoding import row_topk
+
+    g = torch.Generator().manual_seed(V + k)
+    x = torch.log_softmax(torch.randn(6, V, generator=g) * 3, dim=-1)
+    x[1, 64:64 + k] += 40.0                                  # all k best in one block
+    x[2, V - k:] += 40.0                                     # all k best in the tail (or the last block)
+    x[3, ::2] = float("-inf")                                # half the row banned
+    x[4, torch.randperm(V, generator=g)[:k]] += 40.0         # k best scattered over blocks
+    got, want = row_topk(x, k), x.topk(k, dim=-1)
+    assert torch.equal(got.values, want.values)
+    assert torch.equal(got.indices, want.indices)
+
+
+def test_row_topk_rows_do_not_depend_on_each_other():
+    """A row ranked alone gives what it gives inside a batch (a class's batch equals a lone run)."""
+    from aiayn.decoding import row_topk
+
+    x = torch.randn(5, 20_000, generator=torch.Generator().manual_seed(7))
+    batch = row_topk(x, 8)
+    for i in range(5):
+        lone = row_topk(x[i : i + 1], 8)
+        assert torch.equal(lone.values[0], batch.values[i]) and torch.equal(lone.indices[0], batch.indices[i])
