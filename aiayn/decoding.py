@@ -601,6 +601,7 @@ def beam_search(
     recorder: list | None = None,
     next_k: int = 0,
     project: Projection = None,
+    encoded: EncoderOutput | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Section 6.1), best first.
 
@@ -627,6 +628,9 @@ def beam_search(
             from each step's own log-softmax along the back-pointers (what a teacher-forced pass over the output
             gives, without running one); 0 (default): None.
         project: the output projection at a serving precision, as :func:`greedy_decode`'s; None: float32.
+        encoded: ``src``'s encoder output, computed beforehand (e.g. each sentence alone while a class gathers,
+            :meth:`EncoderOutput.stack`), with its maps when ``return_attention``; None (default): encoded here.
+            Its ``src_mask`` must be ``src != pad_id``; ``head_mask`` must then leave the encoder as it was.
 
     Returns:
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
@@ -635,7 +639,8 @@ def beam_search(
         ValueError: a bad beam option (:func:`check_beam_options`), ``n_best`` above ``beam_size``, a bad
             ``head_mask``, a bad ``prefix`` (not ``B`` lists, an id outside the vocabulary, padding, the start
             piece, ``</s>`` before the end, longer than the sentence's maximum output length), ``next_k`` not a
-            whole number >= 0.
+            whole number >= 0, an ``encoded`` that is not ``src``'s (its mask differs) or lacks the maps
+            ``return_attention`` needs.
     """
     check_beam_options(beam_size=beam_size, length_penalty=length_penalty_alpha, max_len=max_len, n_best=n_best)
     if not isinstance(next_k, int) or isinstance(next_k, bool) or next_k < 0:
@@ -645,7 +650,8 @@ def beam_search(
     cfg = model.cfg
     B, K = src.size(0), beam_size
     head_mask = model.check_head_mask(head_mask)
-    enc0 = model.encode(src, need_weights=return_attention, head_mask=head_mask)
+    enc0 = _check_encoded(encoded, src, cfg.pad_id, return_attention) if encoded is not None else \
+        model.encode(src, need_weights=return_attention, head_mask=head_mask)
     memory = EncoderOutput(enc0.memory, enc0.src_mask)
     rows = torch.arange(B, device=src.device).repeat_interleave(K)  # sentence b owns rows b*K .. b*K + K - 1
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
@@ -678,6 +684,16 @@ def beam_search(
         if not _advance(beams, choice, done, out.cache if use_cache else None, trace):
             break
     return [_n_best(ended[b], n_best, trace, enc0, b) for b in range(B)]
+
+
+def _check_encoded(encoded: EncoderOutput, src: Tensor, pad_id: int, need_weights: bool) -> EncoderOutput:
+    """``encoded`` when it is ``src``'s encoder output (same sentences and padding, maps when needed)."""
+    if encoded.src_mask.shape != src.shape or not torch.equal(encoded.src_mask.to(src.device), src != pad_id):
+        raise ValueError(f"encoded is not the encoder output of src: its mask is {tuple(encoded.src_mask.shape)}, "
+                         f"src is {tuple(src.shape)} (or their padding differs)")
+    if need_weights and encoded.weights is None:
+        raise ValueError("encoded has no encoder maps, which return_attention needs (encode with need_weights=True)")
+    return encoded
 
 
 def _n_best(ended: list[EndedHypothesis], n_best: int, trace: _AttentionTrace | None, enc0: EncoderOutput,

@@ -27,6 +27,14 @@ beam search. Other jobs (:meth:`DecodeQueue.run`, background pieces, teacher-for
 sentences) never gather; a caller handed the turn by the previous runner does not either (the others gathered
 while that batch ran). The app's window is ``$AIAYN_GATHER_MS`` (:func:`aiayn.app.models.serving_gather_ms`).
 
+**Encoding while gathering.** The runner that gathers does not only wait: each time it wakes, it encodes the
+sentences that have come and are not encoded yet, together (:meth:`Translator.encode_ahead`), with the lock let go so
+that others keep joining. While a class gathers, the sessions' scripts keep one core busy and the runner's would
+idle; the encoder (about a sixth of a paper-size class's batch) is then mostly done when the batch starts, and the
+batch decodes over the stacked encodings (:meth:`aiayn.model.transformer.EncoderOutput.stack`; the sentence that fills the batch, or one
+whose encoding failed, is encoded in the batch). Measured: docs/benchmarks.md, "Classroom on the paper-size model,
+sixth round".
+
 **Announced sentences.** A window guesses; the app can say. A page run that will ask for a sentence announces it
 (:meth:`Announcements.announce`, in its thread) when it starts, before its page set-up (a class's sessions share one
 GIL for it); its job, when it comes, takes the announcement back
@@ -142,6 +150,8 @@ class _Job:
     fn: Callable[[], Any] | None = None
     background: bool = False
     announced: bool = False  # its caller had announced it (Announcements.announce)
+    encoded: Any = None  # its encoder output, made while the batch gathered (Translator.encode_ahead), or None
+    encoding: bool = False  # the gathering runner has taken it to encode (done, or failed: then encoded stays None)
     event: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     result: Any = None
@@ -302,6 +312,8 @@ class DecodeQueue:
         with self._lock:
             cap = time.monotonic() + self.gather_cap_s
             while (n := sum(j.key == key for j in self._waiting)) < self.max_batch:
+                if self._encode_arrivals(key):  # meanwhile, the encoder of the sentences that came (lock let go)
+                    continue
                 now = time.monotonic()
                 if self.announcements.count(self.announce_key):  # announced sentences on their way: wait (look again)
                     until = min(now + _ANNOUNCEMENT_POLL_S, cap)
@@ -314,6 +326,27 @@ class DecodeQueue:
                     if now >= until:
                         return
                 self._arrived.wait(until - now)
+
+    def _encode_arrivals(self, key: tuple) -> bool:
+        """Encode the waiting sentences with ``key`` not encoded yet, together (:meth:`Translator.encode_ahead`), the
+        lock let go meanwhile so that others can join; False when there are none. Called with the lock held, by the
+        runner. Why: while a class gathers, the sessions' scripts keep one core busy and the other would idle; the
+        encoder (about a sixth of a paper-size class's batch) is then mostly done before the batch starts. Sentences
+        whose encoding fails are left to the batch, which gives each caller its own error."""
+        jobs = [j for j in self._waiting if j.key == key and not j.encoding]
+        if not jobs:
+            return False
+        for j in jobs:
+            j.encoding = True
+        self._lock.release()
+        try:
+            for j, e in zip(jobs, self.translator.encode_ahead([j.text for j in jobs])):
+                j.encoded = e
+        except Exception:  # noqa: BLE001 - the batch encodes them again and hands each caller its error
+            pass
+        finally:
+            self._lock.acquire()
+        return True
 
     def _take(self) -> list[_Job]:
         """The oldest waiting normal job and, if it is batchable, every waiting job with its key (up to
@@ -350,8 +383,9 @@ class DecodeQueue:
             return
         beam_size, length_penalty, max_len, n_best, k = first.key
         try:
+            ahead = {"encoded": [j.encoded for j in batch]} if any(j.encoded is not None for j in batch) else {}
             results = explain_batch(self.translator, [j.text for j in batch], beam_size=beam_size,
-                                    length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k)
+                                    length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k, **ahead)
         except BaseException as exc:  # noqa: BLE001 - one bad sentence: each job alone, with its own outcome
             if len(batch) == 1:
                 self._count(1)

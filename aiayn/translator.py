@@ -25,7 +25,7 @@ from .decoding import Hypothesis, StepTopK, beam_search, check_beam_options, gre
 from .devices import pick_device
 from .marian_tokenizer import MarianSentencePiece, is_marian_checkpoint
 from .model.projection import OutputProjection, serving_precision
-from .model.transformer import Transformer
+from .model.transformer import EncoderOutput, Transformer
 from .sampling import check_sampling_options, sampler
 from .tokenizer import Tokenizer
 from .translation import NextPieces, Translation, clean_text
@@ -168,6 +168,7 @@ class Translator:
         head_mask: Any = None,
         prefixes: Sequence[str | Sequence[int] | None] | None = None,
         next_k: int = 0,
+        encoded: Sequence[EncoderOutput | None] | None = None,
     ) -> list[Translation]:
         """Translate several texts in one batch (beam search, Section 6.1; ``beam_size=1`` is greedy).
 
@@ -188,13 +189,16 @@ class Translator:
                 output position and the probability of the piece taken, from the search's own log-probabilities
                 (:class:`~aiayn.decoding.StepTopK`; equal to a teacher-forced pass over the output up to float32
                 rounding); 0 (default): None.
+            encoded: one encoder output per text made beforehand by :meth:`encode_ahead` (None entries are
+                encoded here, together), or None: the batch is encoded here, padded (:meth:`EncoderOutput.stack`).
+                Only without ``head_mask``.
 
         Raises:
             ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings
                 (``beam_size``, ``n_best`` or ``max_len`` not a positive integer, ``length_penalty`` negative or
                 not finite), a
                 ``head_mask`` of the wrong shape or dtype, a bad prefix (:meth:`translate`), ``next_k`` not a whole
-                number >= 0.
+                number >= 0, ``encoded`` not one per text or given with a ``head_mask``.
         """
         if isinstance(texts, str):
             raise ValueError("translate_batch takes a list of texts; use translate() for one text")
@@ -202,7 +206,37 @@ class Translator:
             return []
         return self._beam(texts, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best,
                           use_cache=use_cache, return_attention=return_attention, head_mask=head_mask,
-                          prefixes=prefixes, next_k=next_k)
+                          prefixes=prefixes, next_k=next_k, encoded=encoded)
+
+    def encode_ahead(self, texts: Sequence[str]) -> list[EncoderOutput]:
+        """The encoder outputs of ``texts``, encoded together (one padded batch), each cut to its own source: memory
+        ``(1, S_i, D)``, ``weights`` ``(L, 1, H, S_i, S_i)``, on the model's device; for a later
+        :meth:`translate_batch` (``encoded``). A server encodes the sentences of a class as they arrive, while the
+        others are still on their way (:class:`aiayn.serving.DecodeQueue`). One text gives bit for bit what a lone
+        :meth:`translate` computes in its encoder; several agree with it to float32 rounding, as any padded batch.
+
+        Raises:
+            ValueError: as :meth:`encode_source` (an empty or non-string text; names its index).
+        """
+        return self._encode_rows([e.ids for e in self._encode_all(texts)])
+
+    def _encode_rows(self, ids: list[list[int]]) -> list[EncoderOutput]:
+        """:meth:`encode_ahead` of source ids."""
+        with torch.inference_mode(), calls.autocast_for(self.device):
+            enc = self.model.encode(calls.batch(self.cfg, ids, self.device), need_weights=True)
+        return [EncoderOutput(enc.memory[i : i + 1, : len(r)], enc.src_mask[i : i + 1, : len(r)],
+                              enc.weights[:, i : i + 1, :, : len(r), : len(r)]) for i, r in enumerate(ids)]
+
+    def _encoded_batch(self, encoded: Sequence[EncoderOutput | None], ids: list[list[int]],
+                       head_mask: Any) -> EncoderOutput:
+        """The batch's encoder output from sentences encoded apart (:meth:`encode_ahead`; None: encoded here)."""
+        if head_mask is not None:
+            raise ValueError("encoded sentences cannot be decoded with a head_mask (the encoder would differ)")
+        if isinstance(encoded, (str, EncoderOutput)) or len(encoded) != len(ids):
+            raise ValueError(f"encoded must hold one encoder output (or None) per text ({len(ids)})")
+        missing = [i for i, e in enumerate(encoded) if e is None]
+        rest = iter(self._encode_rows([ids[i] for i in missing]) if missing else [])
+        return EncoderOutput.stack([e if e is not None else next(rest) for e in encoded])
 
     def _encode_all(self, texts: Sequence[str]) -> list[calls.Encoded]:
         encoded = []
@@ -234,7 +268,8 @@ class Translator:
 
     def _beam(self, texts: Sequence[str], *, beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
               use_cache: bool, return_attention: bool, head_mask: Any, prefixes: Any = None,
-              recorder: list | None = None, next_k: int = 0) -> list[Translation]:
+              recorder: list | None = None, next_k: int = 0,
+              encoded: Sequence[EncoderOutput | None] | None = None) -> list[Translation]:
         """Beam search over ``texts`` (checked, encoded, autocast) through :func:`aiayn.decoding.beam_search`."""
         check_beam_options(beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best)
         head_mask = self.model.check_head_mask(head_mask)
@@ -242,15 +277,17 @@ class Translator:
             raise ValueError(f"prefixes must hold one prefix per text ({len(texts)}), got {prefixes!r:.80}")
         forced = None if prefixes is None else [self.prefix_ids(p) for p in prefixes]
         t0 = time.perf_counter()
-        encoded = self._encode_all(texts)
-        src = calls.batch(self.cfg, [e.ids for e in encoded], self.device)
+        sources = self._encode_all(texts)
+        src = calls.batch(self.cfg, [e.ids for e in sources], self.device)
+        memory = None if encoded is None else self._encoded_batch(encoded, [e.ids for e in sources], head_mask)
         with torch.inference_mode(), calls.autocast_for(self.device):
             results = beam_search(self.model, src, beam_size=beam_size, length_penalty_alpha=length_penalty,
                                   max_len=max_len, n_best=min(n_best, beam_size), use_cache=use_cache,
                                   return_attention=return_attention, head_mask=head_mask, prefix=forced,
-                                  recorder=recorder, next_k=next_k, project=self.projection.function)
+                                  recorder=recorder, next_k=next_k, project=self.projection.function,
+                                  encoded=memory)
         elapsed = (time.perf_counter() - t0) * 1000.0
-        out = [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(encoded, results)]
+        out = [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(sources, results)]
         for tr, ids in zip(out, forced or []):
             if tr.attention is not None:
                 tr.attention.meta["prefix"] = self.pieces(ids)

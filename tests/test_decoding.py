@@ -239,3 +239,27 @@ def test_row_topk_rows_do_not_depend_on_each_other():
     for i in range(5):
         lone = row_topk(x[i : i + 1], 8)
         assert torch.equal(lone.values[0], batch.values[i]) and torch.equal(lone.indices[0], batch.indices[i])
+
+
+def test_beam_search_over_sentences_encoded_apart_equals_the_padded_batch(model, src):
+    """EncoderOutput.stack of each sentence encoded alone, given to beam_search as ``encoded``, gives the padded
+    batch's hypotheses (pads are masked wherever the memory is read), each sentence's stitched encoder maps exactly
+    its lone encoding's; a mask that does not match ``src`` or missing maps are refused."""
+    from aiayn.model.transformer import EncoderOutput
+
+    with torch.inference_mode():
+        alone = [model.encode(_unpadded(src, b), need_weights=True) for b in range(src.size(0))]
+        stacked = EncoderOutput.stack(alone)
+        assert torch.equal(stacked.src_mask, src != PAD)
+        got = beam_search(model, src, beam_size=3, n_best=3, return_attention=True, encoded=stacked)
+        want = beam_search(model, src, beam_size=3, n_best=3, return_attention=True)
+        for b, (g, w) in enumerate(zip(got, want)):
+            assert [h.tokens for h in g] == [h.tokens for h in w]
+            assert torch.allclose(torch.tensor([h.score for h in g]), torch.tensor([h.score for h in w]), atol=1e-5)
+            assert torch.equal(g[0].attention.encoder[:, 0], alone[b].weights[:, 0])
+        with pytest.raises(ValueError, match="not the encoder output of src"):
+            beam_search(model, src[:-1], encoded=stacked)
+        with pytest.raises(ValueError, match="no encoder maps"):
+            beam_search(model, src, return_attention=True, encoded=EncoderOutput(stacked.memory, stacked.src_mask))
+    with pytest.raises(ValueError, match="at least one"):
+        EncoderOutput.stack([])

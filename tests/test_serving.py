@@ -582,3 +582,61 @@ def test_a_batched_sentences_result_owns_only_its_own_maps(tiny_translator):
             assert value.untyped_storage().nbytes() == own, (name, value.shape, value.untyped_storage().nbytes(), own)
     # pickled, the batched result of one sentence is about as large as the same sentence decoded alone
     assert len(pickle.dumps(batch[2])) < 1.5 * len(pickle.dumps(lone)) + 4096
+
+
+def test_sentences_are_encoded_while_the_class_gathers(shipped, lone, monkeypatch):
+    """While the first caller gathers, the sentences that came are encoded (Translator.encode_ahead) before the batch
+    runs, each exactly once (the one that fills the batch: in it); each caller gets its lone result (to rounding)."""
+    encoded: list[str] = []
+    real = type(shipped).encode_ahead
+    monkeypatch.setattr(type(shipped), "encode_ahead", lambda self, texts: (encoded.extend(texts), real(self, texts))[1])
+    q = DecodeQueue(shipped, max_batch=len(SENTENCES), gather_ms=HOUR_MS, gather_gap_ms=HOUR_MS,
+                    gather_cap_ms=HOUR_MS)
+    out = _in_threads([lambda s=s: q.explain(s) for s in SENTENCES])
+    assert len(set(encoded)) == len(encoded) >= len(SENTENCES) - 1 and set(encoded) <= set(SENTENCES)
+    assert q.stats.largest_batch == len(SENTENCES)
+    for s, t in zip(SENTENCES, out):
+        assert t.batch_size == len(SENTENCES)
+        assert_same_up_to_rounding(t, lone[s])
+
+
+def test_a_sentence_encoded_ahead_alone_reads_exactly_its_lone_encoding(shipped, lone):
+    """encode_ahead of one text is bit for bit the lone call's encoder: decoded in a batch over it, the sentence's
+    encoder maps equal the lone call's exactly (a padded batch's agree only to float32 rounding)."""
+    texts = [SENTENCES[0], SENTENCES[3]]
+    out = explain_batch(shipped, texts, encoded=[shipped.encode_ahead([t])[0] for t in texts])
+    for s, t in zip(texts, out):
+        assert_same_up_to_rounding(t, lone[s])
+        assert np.array_equal(t.attention.get("encoder").numpy(), lone[s].attention.get("encoder").numpy())
+
+
+def test_a_sentence_that_cannot_be_encoded_ahead_gets_its_own_error(shipped):
+    """encode_ahead failing while gathering (an empty text) leaves the sentence to the batch, which gives its caller
+    the clear error; the others get their translations."""
+    q = DecodeQueue(shipped, max_batch=2, gather_ms=HOUR_MS, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS)
+    out = _in_threads([lambda: q.explain("Good morning."), lambda: _error_of(lambda: q.explain("   "))])
+    assert out[0].text and isinstance(out[1], ValueError) and "empty" in str(out[1]).lower()
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the test looks at it
+        return exc
+    return None
+
+
+def test_encoded_sentences_must_match_and_need_no_head_mask(shipped):
+    """translate_batch's encoded: one per text, and never with a head mask (its encoder would differ)."""
+    e = shipped.encode_ahead(["Good morning."])[0]
+    with pytest.raises(ValueError, match="one encoder output"):
+        shipped.translate_batch(["Good morning.", "Thank you."], encoded=[e])
+    mask = np.ones((3, shipped.cfg.n_layers, shipped.cfg.n_heads), dtype=np.float32)
+    mask[0, 0, 0] = 0.0
+    with pytest.raises(ValueError, match="head_mask"):
+        shipped.translate_batch(["Good morning."], encoded=[e], head_mask=mask)
+    with pytest.raises(ValueError, match="not the encoder output of src"):
+        from aiayn.decoding import beam_search
+        from aiayn import calls
+        src = calls.batch(shipped.cfg, [shipped.encode_source("Thank you very much.").ids], shipped.device)
+        beam_search(shipped.model, src, encoded=e)

@@ -41,6 +41,34 @@ class EncoderOutput:
         sel = lambda t: None if t is None else t.index_select(1 if t.dim() == 5 else 0, index)  # noqa: E731
         return EncoderOutput(self.memory.index_select(0, index), self.src_mask.index_select(0, index), sel(self.weights), sel(self.scores))
 
+    @staticmethod
+    def stack(outputs: "list[EncoderOutput]") -> "EncoderOutput":
+        """Sentences encoded apart, as one padded batch: each ``(B_i, S_i, ...)`` output padded to the longest
+        ``S`` (memory with zeros, ``src_mask`` with False, maps with zeros) and concatenated along B. Padded
+        positions are masked wherever the memory is read (cross-attention), so a sentence decoded over the stack
+        reads exactly its own encoding. The maps are kept only when every output has them.
+
+        Raises:
+            ValueError: no outputs, or outputs of different ``d_model``, dtype or device.
+        """
+        if not outputs:
+            raise ValueError("EncoderOutput.stack needs at least one output")
+        m0 = outputs[0].memory
+        if any(o.memory.shape[-1] != m0.shape[-1] or o.memory.dtype != m0.dtype or o.memory.device != m0.device
+               for o in outputs):
+            raise ValueError("EncoderOutput.stack: outputs differ in d_model, dtype or device")
+        S = max(o.memory.size(1) for o in outputs)
+        memory = torch.cat([F.pad(o.memory, (0, 0, 0, S - o.memory.size(1))) for o in outputs], dim=0)
+        src_mask = torch.cat([F.pad(o.src_mask, (0, S - o.src_mask.size(1)), value=False) for o in outputs], dim=0)
+
+        def maps(name: str) -> Tensor | None:
+            if any(getattr(o, name) is None for o in outputs):
+                return None
+            padded = [getattr(o, name) for o in outputs]                            # (L, B_i, H, S_i, S_i) each
+            return torch.cat([F.pad(t, (0, S - t.size(-1), 0, S - t.size(-2))) for t in padded], dim=1)
+
+        return EncoderOutput(memory, src_mask, maps("weights"), maps("scores"))
+
 
 @dataclass
 class DecoderCache:
