@@ -372,3 +372,40 @@ def test_page_keeps_sentence_and_switches_across_pages(checkpoints):
     assert at.text_input(key="ab_text").value == "My dog sleeps."
     assert at.segmented_control(key="ab_off_cross_1").value == ["1"]
     assert any("**Without 1 head** (beam 4)" in md.value for md in at.markdown)
+
+
+@pytest.mark.parametrize("off, blank", [("cross.2.1", True), ("encoder.1.1", False)])
+def test_page_says_why_no_map_changed(checkpoints, off, blank):
+    """The comparison's note appears when the removed head is the last layer's cross-attention (the tiny model has
+    2 layers: no cross map is computed after it) and not when an encoder head of layer 1 is removed."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=90)
+    at.query_params["text"] = "I have no time."
+    at.query_params["off"] = off
+    at.query_params["kind"] = "cross"
+    at.switch_page("pages/7_Head_Ablation.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert any("map changed" in i.value for i in at.info) == blank
+
+
+def test_a_blank_difference_says_why_and_a_real_one_does_not(tiny_translator):
+    """Removing the last layer's cross-attention head changes no map of any kind (only what is computed after it:
+    the probabilities), so each kind gets the note; removing an encoder head of layer 1 changes the encoder maps above
+    it and every cross map, so those kinds get none."""
+    from aiayn.analysis.ablation import unchanged_maps_note
+
+    tr = tiny_translator
+    L, H = tr.cfg.n_layers, tr.cfg.n_heads
+    src = tr.encode_source("the cat sat on the mat").ids
+    out = tr.translate("the cat sat on the mat", beam_size=1).output_ids
+    intact = forced_maps(tr, src, out)
+    last_cross = forced_maps(tr, src, out, head_mask=head_mask_array([("cross", L - 1, 0)], L, H))
+    first_enc = forced_maps(tr, src, out, head_mask=head_mask_array([("encoder", 0, 0)], L, H))
+    for kind in ("encoder", "decoder", "cross"):
+        note = unchanged_maps_note(last_cross.get(kind).numpy() - intact.get(kind).numpy(), kind.title())
+        assert note is not None and kind in note
+    assert unchanged_maps_note(first_enc.get("cross").numpy() - intact.get("cross").numpy(), "Cross") is None
+    assert unchanged_maps_note(first_enc.get("encoder").numpy() - intact.get("encoder").numpy(), "Encoder") is None
+    assert unchanged_maps_note(np.zeros((0, 0, 0, 0)), "Encoder") is not None

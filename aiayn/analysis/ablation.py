@@ -107,3 +107,24 @@ def maps_difference_frame(intact: "AttentionMaps", ablated: "AttentionMaps",
     left["weight_ablated"] = right["weight"].to_numpy()
     left["difference"] = left["weight_ablated"] - left["weight_intact"]
     return left
+
+
+#: largest |ablated - intact| still read as "unchanged": the intact and ablated passes may take different (equally
+#: exact) code paths, which can differ in the last float32 bit
+UNCHANGED_ATOL = 1e-6
+
+
+def unchanged_maps_note(diff: np.ndarray, kind_name: str) -> str | None:
+    """A sentence for the reader when no map of one kind changed: ``diff`` ``(L, H, Q, K)`` float, ablated - intact,
+    all within :data:`UNCHANGED_ATOL` of 0 (or empty). None when some map changed.
+
+    Why it happens: a removed head changes its layer's output from that head on, so only what is computed after
+    it can change (the layers above it and the next-piece probabilities; Michel et al. 2019). Removing a
+    cross-attention head of the last layer changes no map at all, only the scores: a blank difference grid is then
+    the right answer, and says so.
+    """
+    if diff.size and float(np.abs(diff).max()) > UNCHANGED_ATOL:
+        return None
+    return (f"No {kind_name[0].lower() + kind_name[1:]} map changed: a removed head's output only reaches what is "
+            "computed after it (the layers above it and the next-piece probabilities, hence the scores above), and "
+            "every map of this kind is computed before that. Remove a head in a lower layer to see maps change.")

@@ -14,7 +14,8 @@ import numpy as np
 import streamlit as st
 
 from ..analysis import view_stack
-from ..analysis.ablation import KINDS, Head, format_heads, head_mask_array, maps_difference_frame, parse_heads, sentence_chrf
+from ..analysis.ablation import (KINDS, Head, format_heads, head_mask_array, maps_difference_frame, parse_heads,
+                                 sentence_chrf, unchanged_maps_note)
 from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatmap, mark_heads, sweep_figure
 from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
 from ..jobs import CANCELLED, DONE, FAILED, RUNNING, JobRegistry
@@ -141,6 +142,9 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
     b, _, _ = view_stack(ablated, kind)
     off_here = [(lay, h) for k, lay, h in off if k == kind]
     yt, xt = AXIS_TITLES[kind]
+    note = unchanged_maps_note(b - a, KIND_NAMES[kind]) if off else None
+    if note:
+        st.info(note)
     if head is None:  # every head of the kind
         t1, t2, t3 = st.tabs(["Difference", "Intact", "Ablated"])
         with t1:
