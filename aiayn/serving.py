@@ -70,7 +70,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from .analysis.explain import explain, explain_batch
@@ -152,6 +152,7 @@ class _Job:
     announced: bool = False  # its caller had announced it (Announcements.announce)
     encoded: Any = None  # its encoder output, made while the batch gathered (Translator.encode_ahead), or None
     encoding: bool = False  # the gathering runner has taken it to encode (done, or failed: then encoded stays None)
+    encode_run: tuple[float, float] | None = None  # (start, wall ms) of the encoder run that encoded it ahead
     event: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     result: Any = None
@@ -340,8 +341,11 @@ class DecodeQueue:
             j.encoding = True
         self._lock.release()
         try:
-            for j, e in zip(jobs, self.translator.encode_ahead([j.text for j in jobs])):
-                j.encoded = e
+            t0 = time.perf_counter()
+            encoded = self.translator.encode_ahead([j.text for j in jobs])
+            run = (t0, (time.perf_counter() - t0) * 1000.0)  # its start tells runs apart
+            for j, e in zip(jobs, encoded):
+                j.encoded, j.encode_run = e, run
         except Exception:  # noqa: BLE001 - the batch encodes them again and hands each caller its error
             pass
         finally:
@@ -395,8 +399,11 @@ class DecodeQueue:
                 self._execute([j])
             return
         self._count(len(batch))
+        # the batch's time includes its encoder runs made while it gathered (a Translation's elapsed_ms is the whole
+        # work for its batch, Translation.elapsed_ms)
+        ahead_ms = sum(dict(j.encode_run for j in batch if j.encode_run is not None).values())
         for j, r in zip(batch, results):
-            j.finish(result=r)
+            j.finish(result=replace(r, elapsed_ms=r.elapsed_ms + ahead_ms) if ahead_ms else r)
 
     def _count(self, sentences: int, *, background: bool = False) -> None:
         with self._lock:

@@ -188,7 +188,7 @@ def test_run_is_exclusive_and_passes_errors_to_its_caller(recorder):
     def job(n):
         inside.append(n)
         assert len(inside) == 1, "two jobs ran at once"
-        time.sleep(0.05)
+        time.sleep(0.4)
         inside.pop()
         if n == 2:
             raise KeyError("mine")
@@ -640,3 +640,20 @@ def test_encoded_sentences_must_match_and_need_no_head_mask(shipped):
         from aiayn import calls
         src = calls.batch(shipped.cfg, [shipped.encode_source("Thank you very much.").ids], shipped.device)
         beam_search(shipped.model, src, encoded=e)
+
+
+def test_the_time_of_a_gathered_batch_counts_its_encoding_ahead(shipped, monkeypatch):
+    """A sentence encoded while the batch gathered: its Translation.elapsed_ms is the batch's beam search plus that
+    encoder run (here made 400 ms slower than itself), not the beam search alone."""
+    real = type(shipped).encode_ahead
+
+    def slow(self, texts):
+        time.sleep(0.4)
+        return real(self, texts)
+
+    monkeypatch.setattr(type(shipped), "encode_ahead", slow)
+    q = DecodeQueue(shipped, gather_ms=5.0, gather_gap_ms=HOUR_MS, gather_cap_ms=HOUR_MS)
+    t0 = time.perf_counter()
+    t = q.explain(SENTENCES[2])
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    assert 400.0 <= t.elapsed_ms <= wall_ms
