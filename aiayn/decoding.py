@@ -628,8 +628,8 @@ def beam_search(
             from each step's own log-softmax along the back-pointers (what a teacher-forced pass over the output
             gives, without running one); 0 (default): None.
         project: the output projection at a serving precision, as :func:`greedy_decode`'s; None: float32.
-        encoded: ``src``'s encoder output, computed beforehand (e.g. each sentence alone while a class gathers,
-            :meth:`EncoderOutput.stack`), with its maps when ``return_attention``; None (default): encoded here.
+        encoded: ``src``'s encoder output, computed beforehand (e.g. while a class gathers, sentences encoded apart
+            and joined by :meth:`EncoderOutput.stack`), with its maps when ``return_attention``; None (default): encoded here.
             Its ``src_mask`` must be ``src != pad_id``; ``head_mask`` must then leave the encoder as it was.
 
     Returns:

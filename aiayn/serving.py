@@ -31,8 +31,8 @@ while that batch ran). The app's window is ``$AIAYN_GATHER_MS`` (:func:`aiayn.ap
 sentences that have come and are not encoded yet, together (:meth:`Translator.encode_ahead`), with the lock let go so
 that others keep joining. While a class gathers, the sessions' scripts keep one core busy and the runner's would
 idle; the encoder (about a sixth of a paper-size class's batch) is then mostly done when the batch starts, and the
-batch decodes over the stacked encodings (:meth:`aiayn.model.transformer.EncoderOutput.stack`; the sentence that fills the batch, or one
-whose encoding failed, is encoded in the batch). Measured: docs/benchmarks.md, "Classroom on the paper-size model,
+batch decodes over the stacked encodings (:meth:`aiayn.model.transformer.EncoderOutput.stack`; the sentence that
+fills the batch, or one whose encoding failed, is encoded in the batch). The batch's time counts those encoder runs. Measured: docs/benchmarks.md, "Classroom on the paper-size model,
 sixth round".
 
 **Announced sentences.** A window guesses; the app can say. A page run that will ask for a sentence announces it

@@ -114,8 +114,8 @@ def explain_batch(
 
     ``prefixes``: one forced prefix per text, or None (:meth:`~aiayn.translator.Translator.translate_batch`).
     ``encoded``: one encoder output (or None) per text from :meth:`~aiayn.translator.Translator.encode_ahead`, or
-    None (:meth:`~aiayn.translator.Translator.translate_batch`): each sentence's encoder maps are then exactly a lone
-    call's.
+    None (:meth:`~aiayn.translator.Translator.translate_batch`): a sentence encoded alone reads exactly a lone call's
+    encoder maps, one encoded with others agrees with it to float32 rounding.
     A list of one sentence gives exactly :func:`explain`. In a batch, sources are padded, so maps, scores and
     probabilities differ from a lone call by float32 rounding (measured: at most 2e-6 on the maps, 5e-7 on the
     scores; ``tests/test_serving.py`` holds them to 1e-5 and the texts and n-best lists to equality);

@@ -142,13 +142,14 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
     b, _, _ = view_stack(ablated, kind)
     off_here = [(lay, h) for k, lay, h in off if k == kind]
     yt, xt = AXIS_TITLES[kind]
-    note = unchanged_maps_note(b - a, KIND_NAMES[kind]) if off else None
+    diff = b - a
+    note = unchanged_maps_note(diff, KIND_NAMES[kind]) if off else None
     if note:
         st.info(note)
     if head is None:  # every head of the kind
         t1, t2, t3 = st.tabs(["Difference", "Intact", "Ablated"])
         with t1:
-            show_figure(difference_grid(b - a, removed=off_here, template=ctx.template,
+            show_figure(difference_grid(diff, removed=off_here, template=ctx.template,
                                         title=f"{KIND_NAMES[kind]}: ablated − intact, all heads"),
                         key="ab_diff_grid", filename=f"ablation_diff_{kind}_{ctx.direction}")
         with t2:
@@ -171,7 +172,7 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
                                               template=ctx.template),
                             key=f"ab_{name.split()[0]}_head", filename=f"ablation_{name.split()[0]}_{kind}_L{layer}_H{head}")
         with s3:
-            show_figure(difference_heatmap(b[layer - 1, h] - a[layer - 1, h], qa, ka, x_title=xt, y_title=yt,
+            show_figure(difference_heatmap(diff[layer - 1, h], qa, ka, x_title=xt, y_title=yt,
                                            title=f"Layer {layer}, head {head}: ablated − intact", template=ctx.template),
                         key="ab_diff_head", filename=f"ablation_diff_{kind}_L{layer}_H{head}")
     st.caption("Download both maps of every kind, layer and head (long format; layer and head columns count from 0; "
