@@ -26,8 +26,8 @@ def safe_filename(stem: str, default: str) -> str:
 def plotly_config(filename: str = "figure", export_format: str | None = None) -> dict[str, Any]:
     """Plotly modebar config: the camera button downloads ``filename`` as PNG (2x) or SVG.
 
-    ``export_format`` defaults to the session's "Chart download format" (``?export=svg``); an unknown
-    format falls back to PNG.
+    ``export_format`` defaults to the session's chart download format (the sidebar's "Download charts as",
+    ``?export=svg``); an unknown format falls back to PNG.
     """
     fmt = export_format or st.session_state.get("export", "png")
     fmt = fmt if fmt in EXPORT_FORMATS else "png"

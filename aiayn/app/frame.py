@@ -305,12 +305,13 @@ def frame_sidebar() -> PageContext:
             help="Large type and the colour-blind-safe cividis scale, for a projector.",
         )
         export_format = st.radio(
-            "Chart download format",
+            "Download charts as",
             EXPORT_FORMATS,
             horizontal=True,
             key="export",
             bind="query-params",
-            help="What the camera button in each chart's toolbar downloads (rendered in your browser).",
+            help="The chart download format: what the camera button in each chart's toolbar downloads (rendered "
+                 "in your browser).",
         )
     direction = direction if direction in DIRECTIONS else DEFAULT_DIRECTION
     presenter = bool(presenter)
@@ -336,7 +337,11 @@ def _precision_note(direction: str) -> None:
     can then differ from the same model's float32 ones. Read from the checkpoint's config (:func:`served_precision`):
     a page that never loads the model (the Overview) does not load it for this note."""
     precision = served_precision(direction)
-    if precision not in (None, "float32"):
+    if precision == "int8-decoder":
+        st.caption(":material/memory: The decoder's matrix products and the output layer run in **int8** on this "
+                   "server (faster for a class); a translation can differ from float32's by a word. The encoder and "
+                   "teacher-forced views stay float32.")
+    elif precision not in (None, "float32"):
         st.caption(f":material/memory: The output layer runs in **{precision}** on this server (faster for a "
                    "class); a translation can differ from float32's by a word. Teacher-forced views stay float32.")
 
