@@ -2,11 +2,13 @@
 measures them at 1366 x 768): stacked sweep panels, small multiples in rows, cell numbers that grow with the type."""
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from aiayn.figures.ablation import difference_heatmap, sweep_figure
+from aiayn.figures.ablation import TITLE_LINE_CHARS, difference_heatmap, head_comparison, sweep_figure
 from aiayn.figures.attention import attention_heatmap, small_multiples
 from aiayn.figures.history import history_strip
 from aiayn.figures.theme import PRESENTER_FONT_SIZE, apply_presenter_theme
@@ -76,3 +78,33 @@ def test_ablation_difference_keeps_unique_labels(labels):
     fig = difference_heatmap(np.zeros((2, 2)), labels, labels)
     expect = labels if len(set(labels)) == 2 else ["0:a", "1:a"]
     assert list(fig.data[0].y) == expect and list(fig.data[0].x) == expect
+
+
+def _title_lines(fig) -> list[str]:
+    return html.unescape(fig.layout.title.text).split("<br>")
+
+
+@pytest.mark.parametrize("switched_off", [False, True])
+@pytest.mark.parametrize("layer, head", [(1, 1), (3, 8), (12, 16)])
+def test_one_head_comparison_titles_fit_a_third_of_the_page(layer, head, switched_off):
+    rng = np.random.default_rng(layer * head)
+    intact, ablated = rng.dirichlet(np.ones(4), size=3), rng.dirichlet(np.ones(4), size=3)
+    figs = head_comparison(intact, ablated, list("abc"), list("wxyz"), layer=layer, head=head,
+                           switched_off=switched_off)
+    for fig in figs:
+        lines = _title_lines(fig)
+        assert all(0 < len(line) <= TITLE_LINE_CHARS for line in lines), lines
+        assert str(layer) in lines[0] and str(head) in lines[0]
+    assert np.allclose(figs[2].data[0].z, ablated - intact)
+    # the plot areas line up: one top margin, one height left for the map
+    assert len({f.layout.margin.t for f in figs}) == 1
+    assert len({f.layout.height - f.layout.margin.t for f in figs}) == 1
+
+
+def test_a_switched_off_head_says_so_without_shrinking_its_map():
+    w = np.full((3, 4), 0.25)
+    on = head_comparison(w, w, list("abc"), list("wxyz"), layer=2, head=5)
+    off = head_comparison(w, w, list("abc"), list("wxyz"), layer=2, head=5, switched_off=True)
+    assert len(_title_lines(off[1])) > len(_title_lines(on[1]))  # the extra line says what its map shows
+    assert [_title_lines(f) for f in (off[0], off[2])] == [_title_lines(f) for f in (on[0], on[2])]
+    assert off[1].layout.height - off[1].layout.margin.t == on[1].layout.height - on[1].layout.margin.t

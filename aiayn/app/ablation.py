@@ -16,8 +16,8 @@ import streamlit as st
 from ..analysis import view_stack
 from ..analysis.ablation import (KINDS, Head, format_heads, head_mask_array, maps_difference_frame, parse_heads,
                                  sentence_chrf, unchanged_maps_note)
-from ..figures.ablation import SWEEP_METRICS, difference_grid, difference_heatmap, mark_heads, sweep_figure
-from ..figures.attention import AXIS_TITLES, attention_heatmap, model_view
+from ..figures.ablation import SWEEP_METRICS, difference_grid, head_comparison, mark_heads, sweep_figure
+from ..figures.attention import AXIS_TITLES, model_view
 from ..jobs import CANCELLED, DONE, FAILED, RUNNING, JobRegistry
 from ..sweep import SWEEP_FILE, cached_head_sweep, forced_maps, load_sweep, reference_logprob, sweep_path
 from .charts import chart_columns, show_figure
@@ -162,19 +162,13 @@ def comparison_view(ctx, intact, ablated, off: list[Head]) -> None:
             show_figure(mark_heads(fig, off_here), key="ab_ablated_grid",
                         filename=f"ablation_ablated_{kind}_{ctx.direction}")
     else:
-        h = head - 1
-        status = " (switched off: what it would attend to)" if (layer - 1, h) in off_here else ""
-        s1, s2, s3 = chart_columns(3, presenter=ctx.presenter)
-        for col, w, name in ((s1, a, "intact"), (s2, b, "ablated" + status)):
+        lay, h = layer - 1, head - 1
+        figs = head_comparison(a[lay, h], b[lay, h], qa, ka, layer=layer, head=head, diff=diff[lay, h],
+                               switched_off=(lay, h) in off_here, colorscale=ctx.colorscale, x_title=xt, y_title=yt,
+                               template=ctx.template)
+        for col, fig, name in zip(chart_columns(3, presenter=ctx.presenter), figs, ("intact", "ablated", "diff")):
             with col:
-                show_figure(attention_heatmap(w[layer - 1, h], qa, ka, title=f"Layer {layer}, head {head}: {name}",
-                                              colorscale=ctx.colorscale, x_title=xt, y_title=yt, zmax=1.0,
-                                              template=ctx.template),
-                            key=f"ab_{name.split()[0]}_head", filename=f"ablation_{name.split()[0]}_{kind}_L{layer}_H{head}")
-        with s3:
-            show_figure(difference_heatmap(diff[layer - 1, h], qa, ka, x_title=xt, y_title=yt,
-                                           title=f"Layer {layer}, head {head}: ablated − intact", template=ctx.template),
-                        key="ab_diff_head", filename=f"ablation_diff_{kind}_L{layer}_H{head}")
+                show_figure(fig, key=f"ab_{name}_head", filename=f"ablation_{name}_{kind}_L{layer}_H{head}")
     st.caption("Download both maps of every kind, layer and head (long format; layer and head columns count from 0; "
                "difference = ablated − intact).")
     download_buttons(lambda: maps_difference_frame(intact, ablated),

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis import unique_labels
-from .attention import plotly_safe
+from .attention import attention_heatmap, plotly_safe
 from .theme import use_template
 
 #: the sweep's metrics and how the figures title them
@@ -25,6 +25,9 @@ SWEEP_METRICS = {
 }
 KIND_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention", "cross": "Cross-attention"}
 DIVERGING = "RdBu_r"
+#: the longest title line (characters) of a figure drawn in a third of the page: three columns beside the sidebar
+#: at 1366 x 768 leave each chart about 290 px, and the chart theme's bold title averages about 7 px a character
+TITLE_LINE_CHARS = 40
 
 
 def sweep_grid(df, kind: str, metric: str) -> np.ndarray:
@@ -129,6 +132,44 @@ def difference_heatmap(diff: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
     )
     use_template(fig, template)
     return fig
+
+
+def head_comparison(intact: np.ndarray, ablated: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str], *,
+                    layer: int, head: int, switched_off: bool = False, diff: np.ndarray | None = None,
+                    colorscale: str = "Viridis", x_title: str = "key", y_title: str = "query",
+                    template: str | None = None) -> tuple[go.Figure, go.Figure, go.Figure]:
+    """One head's map intact, ablated and their difference (ablated - intact), as three figures meant to sit
+    side by side in thirds of the page: no title line longer than :data:`TITLE_LINE_CHARS` (a longer title is
+    broken into lines) and the same top margin on all three, so that their plot areas line up.
+
+    Args:
+        intact, ablated: ``(Q, K)`` attention weights of the head, without and with the heads removed.
+        layer, head: the head, counted from 1 (as the app shows them).
+        switched_off: the head itself is removed: its ablated map is what it would attend to, and says so.
+        diff: ``ablated - intact`` when the caller has it already; computed here otherwise.
+
+    Returns:
+        the intact map, the ablated map (weights on one 0-1 scale) and the difference (diverging, centred on 0).
+
+    Raises:
+        ValueError: labels do not match a map's shape.
+    """
+    d = np.asarray(ablated, dtype=float) - np.asarray(intact, dtype=float) if diff is None else diff
+    name = f"Layer {layer}, head {head}"
+    titles = ([f"{name}: intact"], [f"{name}: ablated"] + (["switched off: what it would attend to"] if switched_off
+                                                            else []), [f"{name}: ablated − intact"])
+    axes = dict(x_title=x_title, y_title=y_title, template=template)
+    figs = (attention_heatmap(intact, q_labels, k_labels, title=titles[0][0], colorscale=colorscale, zmax=1.0, **axes),
+            attention_heatmap(ablated, q_labels, k_labels, title=titles[1][0], colorscale=colorscale, zmax=1.0, **axes),
+            difference_heatmap(d, q_labels, k_labels, title=titles[2][0], **axes))
+    # plotly sets a title's first line on the middle of the top margin and the next lines below it: the margin
+    # holds every line at presenter mode's title size (aiayn.figures.theme), the same on all three figures, and
+    # the figures grow by what the margin grows, so the maps keep their size
+    top = 36 + 30 * max(len(t) for t in titles)
+    for fig, title in zip(figs, titles):
+        fig.update_layout(height=fig.layout.height + top - fig.layout.margin.t, margin_t=top,
+                          title_text="<br>".join(plotly_safe(t) for t in title))
+    return figs
 
 
 def difference_grid(diff: np.ndarray, *, removed: Iterable[tuple[int, int]] = (), title: str = "",
