@@ -337,11 +337,7 @@ def _precision_note(direction: str) -> None:
     can then differ from the same model's float32 ones. Read from the checkpoint's config (:func:`served_precision`):
     a page that never loads the model (the Overview) does not load it for this note."""
     precision = served_precision(direction)
-    if precision == "int8-decoder":
-        st.caption(":material/memory: The decoder's matrix products and the output layer run in **int8** on this "
-                   "server (faster for a class); a translation can differ from float32's by a word. The encoder and "
-                   "teacher-forced views stay float32.")
-    elif precision not in (None, "float32"):
+    if precision not in (None, "float32"):
         st.caption(f":material/memory: The output layer runs in **{precision}** on this server (faster for a "
                    "class); a translation can differ from float32's by a word. Teacher-forced views stay float32.")
 
