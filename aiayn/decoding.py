@@ -602,7 +602,6 @@ def beam_search(
     next_k: int = 0,
     project: Projection = None,
     encoded: EncoderOutput | None = None,
-    on_done: Callable[[int, list[Hypothesis]], None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Section 6.1), best first.
 
@@ -632,11 +631,6 @@ def beam_search(
         encoded: ``src``'s encoder output, computed beforehand (e.g. while a class gathers, sentences encoded apart
             and joined by :meth:`EncoderOutput.stack`), with its maps when ``return_attention``; None (default): encoded here.
             Its ``src_mask`` must be ``src != pad_id``; ``head_mask`` must then leave the encoder as it was.
-        on_done: called as ``on_done(b, hypotheses)`` as soon as sentence ``b`` is done, with the very list this
-            function returns for it (a sentence is done when it has ``beam_size`` ended hypotheses or reaches its
-            maximum length, at the step it leaves the batch): a server can hand a short sentence's result back
-            while the longer ones of its batch are still decoded. An exception it raises ends the search. None
-            (default): nothing is called.
 
     Returns:
         ``B`` lists of ``n_best`` :class:`Hypothesis`, sorted by ``score`` (descending).
@@ -672,7 +666,6 @@ def beam_search(
     trace = _AttentionTrace(maps=return_attention, next_k=next_k) if return_attention or next_k else None
     ended: list[list[EndedHypothesis]] = [[] for _ in range(B)]
     done = [False] * B
-    results: list[list[Hypothesis] | None] = [None] * B
     banned = cfg.never_predicted  # never predicted (see _step)
     for t in range(max(limits)):
         if t == 0:
@@ -688,14 +681,9 @@ def beam_search(
             _trace_step(trace, out, top, logp, choice, [e for b in beams.active for e in ended[b][n_ended[b]:]])
         if recorder is not None:
             _record(recorder, beams, choice, cands, logp, t, ended, n_ended)
-        # a sentence done at step t needs nothing of later steps: its maps and next pieces are stitched now
-        for b in [b for b in beams.active if done[b]]:
-            results[b] = _n_best(ended[b], n_best, trace, enc0, b)
-            if on_done is not None:
-                on_done(b, results[b])
         if not _advance(beams, choice, done, out.cache if use_cache else None, trace):
             break
-    return results  # type: ignore[return-value]  # every sentence is done by its last allowed step
+    return [_n_best(ended[b], n_best, trace, enc0, b) for b in range(B)]
 
 
 def _check_encoded(encoded: EncoderOutput, src: Tensor, pad_id: int, need_weights: bool) -> EncoderOutput:

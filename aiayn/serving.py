@@ -12,11 +12,8 @@ and after: docs/benchmarks.md, "Classroom load test, third round".
 **How (leader and followers; no thread of its own).** A caller appends its job to the queue. If no job is running,
 the caller takes the turn and runs the oldest waiting job together with every other waiting job that can share its
 batch (free-running, same decoding options, no head mask), up to ``max_batch``; otherwise it waits. When its batch
-is done, the runner passes the turn to the oldest job still waiting (a background piece only when no normal job
-waits, below). Each sentence of a batch is handed back as soon as it is done, not when the batch ends: finished
-sentences leave the beam search, and their callers (a session's script drawing its page) go on while the longer
-sentences are decoded, on the other core (measured: docs/benchmarks.md, "Classroom on the paper-size model, seventh
-round").
+is done, the runner hands each job its result and passes the turn to the oldest job still waiting (a background
+piece only when no normal job waits, below).
 
 **Gathering window.** A class's requests arrive within a fraction of a second of each other. Were the first one
 decoded at once, alone, the others would wait for it and run as a second batch: on the paper-size model (a
@@ -57,8 +54,7 @@ A caller that is decoded alone gets what a lone :func:`aiayn.analysis.explain` r
 one). In a batch, sources are padded, so maps and scores differ from a lone call by float32 rounding (measured at most 2e-6 on the maps, 5e-7 on the scores; texts
 and n-best lists were the same for all 30 sentences measured, since only a near-exact tie between two hypotheses
 could flip; ``tests/test_serving.py`` holds a batch to 1e-5 and its texts to equality); ``Translation.batch_size``
-says how many sentences shared the beam search and ``elapsed_ms`` runs from the batch's start to that sentence's
-result.
+says how many sentences shared the beam search and ``elapsed_ms`` is that batch's wall time.
 
 A batch that fails (one bad sentence) is run again one job at a time, so each caller gets its own result or its own
 error. Nothing is stored between calls except the counters of :attr:`DecodeQueue.stats`.
@@ -390,26 +386,24 @@ class DecodeQueue:
                 first.finish(error=exc)
             return
         beam_size, length_penalty, max_len, n_best, k = first.key
-        # a sentence's time includes the encoder runs made for its batch while it gathered (Translation.elapsed_ms)
-        ahead_ms = sum(dict(j.encode_run for j in batch if j.encode_run is not None).values())
-
-        def hand_back(i: int, r: "Translation") -> None:  # as soon as it is done: its caller goes on meanwhile
-            batch[i].finish(result=replace(r, elapsed_ms=r.elapsed_ms + ahead_ms) if ahead_ms else r)
-
         try:
             ahead = {"encoded": [j.encoded for j in batch]} if any(j.encoded is not None for j in batch) else {}
-            explain_batch(self.translator, [j.text for j in batch], beam_size=beam_size, length_penalty=length_penalty,
-                          max_len=max_len, n_best=n_best, k=k, on_result=hand_back, **ahead)
+            results = explain_batch(self.translator, [j.text for j in batch], beam_size=beam_size,
+                                    length_penalty=length_penalty, max_len=max_len, n_best=n_best, k=k, **ahead)
         except BaseException as exc:  # noqa: BLE001 - one bad sentence: each job alone, with its own outcome
             if len(batch) == 1:
                 self._count(1)
                 first.finish(error=exc)
                 return
             for j in batch:
-                if not j.done:
-                    self._execute([j])
+                self._execute([j])
             return
         self._count(len(batch))
+        # the batch's time includes its encoder runs made while it gathered (a Translation's elapsed_ms is the whole
+        # work for its batch, Translation.elapsed_ms)
+        ahead_ms = sum(dict(j.encode_run for j in batch if j.encode_run is not None).values())
+        for j, r in zip(batch, results):
+            j.finish(result=replace(r, elapsed_ms=r.elapsed_ms + ahead_ms) if ahead_ms else r)
 
     def _count(self, sentences: int, *, background: bool = False) -> None:
         with self._lock:

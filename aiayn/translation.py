@@ -70,8 +70,7 @@ class Translation:
         src_ids: ids of ``src_tokens`` (S,).
         output_ids: ids of ``output_tokens`` (T,).
         nbest: ``(text, score)`` of the n best hypotheses, best first (empty when teacher-forced).
-        elapsed_ms: wall time of the call, milliseconds (for a batch: from its start to this sentence's result,
-            which a short sentence reaches before the batch ends, with the encoder runs a
+        elapsed_ms: wall time of the call, milliseconds (for a batch: the whole batch, with the encoder runs a
             :class:`aiayn.serving.DecodeQueue` made while it gathered).
         batch_size: how many sentences shared the beam search that made this one (1: decoded alone; more: a
             :meth:`~aiayn.translator.Translator.translate_batch`, e.g. sentences of several app sessions decoded

@@ -11,7 +11,7 @@ import copy
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -169,7 +169,6 @@ class Translator:
         prefixes: Sequence[str | Sequence[int] | None] | None = None,
         next_k: int = 0,
         encoded: Sequence[EncoderOutput | None] | None = None,
-        on_result: Callable[[int, Translation], None] | None = None,
     ) -> list[Translation]:
         """Translate several texts in one batch (beam search, Section 6.1; ``beam_size=1`` is greedy).
 
@@ -193,12 +192,6 @@ class Translator:
             encoded: one encoder output per text made beforehand by :meth:`encode_ahead` (None entries are
                 encoded here, together), or None: the batch is encoded here, padded (:meth:`EncoderOutput.stack`).
                 Only without ``head_mask``.
-            on_result: called as ``on_result(i, translation)`` as soon as text ``i`` is done, with the very object
-                returned for it: sentences that finish early leave the beam search (:mod:`aiayn.decoding`), and a
-                server hands their results back while the batch goes on. None (default): nothing is called.
-
-        A text's ``elapsed_ms`` runs from the call's start to its own result: in a batch, a short sentence's is
-        less than a long one's.
 
         Raises:
             ValueError: an empty / whitespace-only / non-string text (names its index), bad beam settings
@@ -213,7 +206,7 @@ class Translator:
             return []
         return self._beam(texts, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best,
                           use_cache=use_cache, return_attention=return_attention, head_mask=head_mask,
-                          prefixes=prefixes, next_k=next_k, encoded=encoded, on_result=on_result)
+                          prefixes=prefixes, next_k=next_k, encoded=encoded)
 
     def encode_ahead(self, texts: Sequence[str]) -> list[EncoderOutput]:
         """The encoder outputs of ``texts``, encoded together (one padded batch), each cut to its own source: memory
@@ -276,10 +269,8 @@ class Translator:
     def _beam(self, texts: Sequence[str], *, beam_size: int, length_penalty: float, max_len: int | None, n_best: int,
               use_cache: bool, return_attention: bool, head_mask: Any, prefixes: Any = None,
               recorder: list | None = None, next_k: int = 0,
-              encoded: Sequence[EncoderOutput | None] | None = None,
-              on_result: Callable[[int, Translation], None] | None = None) -> list[Translation]:
-        """Beam search over ``texts`` (checked, encoded, autocast) through :func:`aiayn.decoding.beam_search`; each
-        text's :class:`Translation` is made (and handed to ``on_result``) as soon as its sentence is done."""
+              encoded: Sequence[EncoderOutput | None] | None = None) -> list[Translation]:
+        """Beam search over ``texts`` (checked, encoded, autocast) through :func:`aiayn.decoding.beam_search`."""
         check_beam_options(beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, n_best=n_best)
         head_mask = self.model.check_head_mask(head_mask)
         if prefixes is not None and (isinstance(prefixes, str) or len(prefixes) != len(texts)):
@@ -289,21 +280,17 @@ class Translator:
         sources = self._encode_all(texts)
         src = calls.batch(self.cfg, [e.ids for e in sources], self.device)
         memory = None if encoded is None else self._encoded_batch(encoded, [e.ids for e in sources], head_mask)
-        out: list[Translation] = [None] * len(texts)  # type: ignore[list-item]
-
-        def done(b: int, hyps: list[Hypothesis]) -> None:
-            tr = self._make(sources[b], hyps, (time.perf_counter() - t0) * 1000.0, len(texts))
-            if forced is not None and tr.attention is not None:
-                tr.attention.meta["prefix"] = self.pieces(forced[b])
-            out[b] = tr
-            if on_result is not None:
-                on_result(b, tr)
-
         with torch.inference_mode(), calls.autocast_for(self.device):
-            beam_search(self.model, src, beam_size=beam_size, length_penalty_alpha=length_penalty, max_len=max_len,
-                        n_best=min(n_best, beam_size), use_cache=use_cache, return_attention=return_attention,
-                        head_mask=head_mask, prefix=forced, recorder=recorder, next_k=next_k,
-                        project=self.projection.function, encoded=memory, on_done=done)
+            results = beam_search(self.model, src, beam_size=beam_size, length_penalty_alpha=length_penalty,
+                                  max_len=max_len, n_best=min(n_best, beam_size), use_cache=use_cache,
+                                  return_attention=return_attention, head_mask=head_mask, prefix=forced,
+                                  recorder=recorder, next_k=next_k, project=self.projection.function,
+                                  encoded=memory)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        out = [self._make(e, hyps, elapsed, len(texts)) for e, hyps in zip(sources, results)]
+        for tr, ids in zip(out, forced or []):
+            if tr.attention is not None:
+                tr.attention.meta["prefix"] = self.pieces(ids)
         return out
 
     def translate(self, text: str, *, prefix: str | Sequence[int] | None = None, **kwargs: Any) -> Translation:

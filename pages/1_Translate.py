@@ -135,8 +135,8 @@ shared = max(r.batch_size for r in results)
 m1.metric("Time", f"{sum({s: r.elapsed_ms for s, r in zip(sentences, results)}.values()):.0f} ms",
           help="Wall time of the beam search, this server" + (" (each distinct sentence once)" if n > 1 else "")
           + (f". Decoded in one batch with other sentences that reached the server at the same moment ({shared} in "
-             "all): the time runs from the batch's start to this sentence's result (a sentence that is done leaves "
-             "the batch); the result is the sentence's own (equal to a lone translation up to float rounding)." if shared > 1 else ""))
+             "all): the time is the batch's; the result is the sentence's own (equal to a lone translation up to "
+             "float rounding)." if shared > 1 else ""))
 if n == 1:
     m2.metric("Score", f"{results[0].score:.3f}", help="Length-normalised log-probability (natural log) the beam "
               "ranked by")

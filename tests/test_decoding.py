@@ -263,30 +263,3 @@ def test_beam_search_over_sentences_encoded_apart_equals_the_padded_batch(model,
             beam_search(model, src, return_attention=True, encoded=EncoderOutput(stacked.memory, stacked.src_mask))
     with pytest.raises(ValueError, match="at least one"):
         EncoderOutput.stack([])
-
-
-def test_on_done_hands_each_sentence_over_at_the_step_it_is_done(model, src):
-    """``on_done``: called once per sentence with the very list returned for it, at the step the sentence leaves the
-    batch (the last step any candidate of it is weighed), so a server can hand a short sentence back while the longer
-    ones are decoded; the hypotheses, maps and next pieces are those of a search without it."""
-    records, calls = [], []
-
-    def on_done(b, hyps):
-        calls.append((b, max(r.step for r in records), hyps))
-
-    with torch.inference_mode():
-        got = beam_search(model, src, beam_size=3, n_best=3, return_attention=True, next_k=2, recorder=records,
-                          on_done=on_done)
-        want = beam_search(model, src, beam_size=3, n_best=3, return_attention=True, next_k=2)
-    assert sorted(b for b, _, _ in calls) == list(range(src.size(0)))
-    for b, step, hyps in calls:
-        assert hyps is got[b]
-        assert step == max(r.step for r in records if r.sentence == b)
-    steps = [s for _, s, _ in calls]
-    assert steps == sorted(steps) and steps[0] < steps[-1]  # in the order they were done, some well before the end
-    for g, w in zip(got, want):
-        assert [(h.tokens, h.score, h.log_prob) for h in g] == [(h.tokens, h.score, h.log_prob) for h in w]
-        for hg, hw in zip(g, w):
-            assert torch.equal(hg.attention.cross, hw.attention.cross)
-            assert torch.equal(hg.attention.decoder, hw.attention.decoder)
-            assert torch.equal(hg.next_pieces.log_probs, hw.next_pieces.log_probs)

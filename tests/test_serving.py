@@ -95,17 +95,13 @@ class Recorder:
         self.release.set()
         self.started = threading.Event()
 
-    def __call__(self, tr, texts, on_result=None, **opts):
+    def __call__(self, tr, texts, **opts):
         self.batches.append((list(texts), opts))
         self.started.set()
         assert self.release.wait(10)
         if "bad" in texts:
             raise ValueError(f"text {texts.index('bad')}: bad sentence")
-        out = [f"{t}|{opts['beam_size']}|{len(texts)}" for t in texts]
-        for i, r in enumerate(out):  # each handed back as it is done, as explain_batch does
-            if on_result is not None:
-                on_result(i, r)
-        return out
+        return [f"{t}|{opts['beam_size']}|{len(texts)}" for t in texts]
 
 
 @pytest.fixture()
@@ -247,11 +243,8 @@ def test_pages_say_when_a_sentence_was_decoded_in_a_batch(checkpoints, monkeypat
     from app_pages import open_page
 
     real = serving.explain_batch
-
-    def as_if_shared(tr, texts, on_result, **kw):
-        return real(tr, texts, on_result=lambda i, t: on_result(i, replace(t, batch_size=shared)), **kw)
-
-    monkeypatch.setattr(serving, "explain_batch", as_if_shared)
+    monkeypatch.setattr(serving, "explain_batch",
+                        lambda tr, texts, **kw: [replace(t, batch_size=shared) for t in real(tr, texts, **kw)])
     at = open_page("pages/1_Translate.py", {"text": "Good morning."})
     assert not at.exception
     [time_metric] = [m for m in at.metric if m.label == "Time"]
@@ -664,38 +657,3 @@ def test_the_time_of_a_gathered_batch_counts_its_encoding_ahead(shipped, monkeyp
     t = q.explain(SENTENCES[2])
     wall_ms = (time.perf_counter() - t0) * 1000.0
     assert 400.0 <= t.elapsed_ms <= wall_ms
-
-
-def test_a_sentence_done_early_goes_back_to_its_caller_while_its_batch_goes_on(monkeypatch):
-    """A batch hands each sentence back as soon as explain_batch says it is done: the caller of a short sentence gets
-    its result (and draws its page) while the longer sentence of the same batch is still decoded."""
-    rest, batches = threading.Event(), []
-
-    def decode(tr, texts, on_result=None, **opts):
-        batches.append(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: texts[i] != "short")  # "short" is done first
-        on_result(order[0], f"{texts[order[0]]}|{len(texts)}")
-        assert rest.wait(10)  # the long one is still being decoded
-        for i in order[1:]:
-            on_result(i, f"{texts[i]}|{len(texts)}")
-        return None
-
-    monkeypatch.setattr(serving, "explain_batch", decode)
-    q = DecodeQueue(object(), gather_ms=2000, gather_gap_ms=100)
-    got: dict[str, str] = {}
-    back = {t: threading.Event() for t in ("long", "short")}
-
-    def ask(text):
-        got[text] = q.explain(text)
-        back[text].set()
-
-    threads = [threading.Thread(target=ask, args=(t,)) for t in ("long", "short")]
-    for t in threads:
-        t.start()
-        time.sleep(0.02)
-    assert back["short"].wait(10) and got["short"] == "short|2"
-    assert not back["long"].is_set() and batches == [["long", "short"]]
-    rest.set()
-    for t in threads:
-        t.join(10)
-    assert got == {"long": "long|2", "short": "short|2"}

@@ -213,21 +213,3 @@ def test_mismatched_tokenizer_is_rejected(tr, tiny_spm):
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=tr.tokenizer.vocab_size + 1))
     with pytest.raises(ValueError, match="vocabulary"):
         Translator(model, Tokenizer.load(tiny_spm))
-
-
-def test_translate_batch_hands_each_text_over_when_it_is_done(tr):
-    """``on_result``: once per text, with the very Translation returned for it, in the order the sentences were done;
-    each text's ``elapsed_ms`` runs to its own result, so it never decreases along that order and stays within the
-    call's wall time; the texts are those of lone calls."""
-    import time
-
-    texts = ["Good morning.", "The students are reading a book about the history of Rome in the old library.",
-             "Thank you."]
-    calls = []
-    t0 = time.perf_counter()
-    out = tr.translate_batch(texts, on_result=lambda i, t: calls.append((i, t)))
-    wall_ms = (time.perf_counter() - t0) * 1000.0
-    assert sorted(i for i, _ in calls) == [0, 1, 2] and all(t is out[i] for i, t in calls)
-    elapsed = [t.elapsed_ms for _, t in calls]
-    assert elapsed == sorted(elapsed) and 0 < elapsed[-1] <= wall_ms
-    assert [t.text for t in out] == [tr.translate(x).text for x in texts]

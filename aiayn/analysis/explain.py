@@ -11,7 +11,7 @@ B=1 :class:`~aiayn.model.maps.AttentionMaps` on the CPU, and the top-k next piec
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -106,7 +106,6 @@ def explain_batch(
     head_mask: Any = None,
     prefixes: Sequence[str | Sequence[int] | None] | None = None,
     encoded: Sequence[Any] | None = None,
-    on_result: Callable[[int, "Translation"], None] | None = None,
 ) -> list["Translation"]:
     """:func:`explain` (free-running) of several sentences at once: one beam search over the batch
     (:meth:`~aiayn.translator.Translator.translate_batch`), which also gives each step's top-``k`` next pieces (no
@@ -120,9 +119,7 @@ def explain_batch(
     A list of one sentence gives exactly :func:`explain`. In a batch, sources are padded, so maps, scores and
     probabilities differ from a lone call by float32 rounding (measured: at most 2e-6 on the maps, 5e-7 on the
     scores; ``tests/test_serving.py`` holds them to 1e-5 and the texts and n-best lists to equality);
-    ``elapsed_ms`` runs from the batch's start to that sentence's result.
-    ``on_result``: called as ``on_result(i, translation)`` as soon as text ``i`` is done (sentences that finish
-    early leave the batch), with the very object returned for it; None: nothing is called.
+    ``elapsed_ms`` is the whole batch's wall time.
 
     Returns:
         one :class:`~aiayn.translator.Translation` per text, in order, as :func:`explain` returns it.
@@ -130,19 +127,12 @@ def explain_batch(
     Raises:
         ValueError: an empty text (names its index), bad beam settings, a bad ``head_mask``.
     """
-    out: list["Translation"] = [None] * len(texts)  # type: ignore[list-item]
-
-    def done(i: int, t: "Translation") -> None:
-        out[i] = replace(t, attention=t.attention.cpu() if t.attention is not None else None,
-                         next_pieces=t.next_pieces if t.output_ids else None,
-                         next_pieces_note=None if t.output_ids else "the output is empty")
-        if on_result is not None:
-            on_result(i, out[i])
-
-    tr.translate_batch(list(texts), beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
-                       n_best=n_best, return_attention=True, head_mask=head_mask, prefixes=prefixes,
-                       next_k=max(1, int(k)), encoded=encoded, on_result=done)
-    return out
+    ts = tr.translate_batch(list(texts), beam_size=beam_size, length_penalty=length_penalty, max_len=max_len,
+                            n_best=n_best, return_attention=True, head_mask=head_mask, prefixes=prefixes,
+                            next_k=max(1, int(k)), encoded=encoded)
+    return [replace(t, attention=t.attention.cpu() if t.attention is not None else None,
+                    next_pieces=t.next_pieces if t.output_ids else None,
+                    next_pieces_note=None if t.output_ids else "the output is empty") for t in ts]
 
 
 def _explained(tr: "Translator", t: "Translation", probs: np.ndarray | None, k: int) -> "Translation":
