@@ -2,6 +2,7 @@
 fixture (tests never touch the full corpus or need the shipped checkpoints, except where they say so)."""
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -23,6 +24,14 @@ SERVER_SETTINGS = ("AIAYN_CHECKPOINTS", "AIAYN_GATHER_MS", "AIAYN_MAX_BATCH", "A
                    "AIAYN_TORCH_THREADS", "AIAYN_BENCH_CLASSROOM", "AIAYN_BENCH_OPUS_CHECKPOINT")
 for _name in SERVER_SETTINGS:
     os.environ.pop(_name, None)
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_gc():
+    """The app freezes the garbage collector's objects when it loads a model, for a server's lifetime
+    (:mod:`aiayn.app.models`); in the test process each test ends unfrozen, so earlier tests' garbage is collected."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

@@ -657,3 +657,27 @@ def test_the_time_of_a_gathered_batch_counts_its_encoding_ahead(shipped, monkeyp
     t = q.explain(SENTENCES[2])
     wall_ms = (time.perf_counter() - t0) * 1000.0
     assert 400.0 <= t.elapsed_ms <= wall_ms
+
+
+def test_a_loaded_model_is_frozen_out_of_the_garbage_collectors_full_collections(tiny_checkpoints, monkeypatch):
+    """Once the app has loaded a model, what exists (torch, Streamlit, the model) is frozen (gc.freeze): a full
+    collection no longer walks it, which held the GIL for ~140 ms in a class on the paper-size model. Objects made
+    afterwards (a session's work) are still tracked and collected."""
+    import gc
+
+    import streamlit as st
+
+    from aiayn.app import models
+
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    gc.unfreeze()
+    st.cache_resource.clear()
+    try:
+        tr = models.load_translator("en-de")
+        assert gc.get_freeze_count() > 0
+        tracked = {id(o) for o in gc.get_objects()}
+        assert id(tr.model) not in tracked and id(tr.model.decoder_layers[0]) not in tracked
+        later = [object(), {}]  # a container made after the load
+        assert gc.is_tracked(later) and id(later) in {id(o) for o in gc.get_objects()}
+    finally:
+        st.cache_resource.clear()

@@ -6,6 +6,7 @@ Importing this module does not import torch: the model code is imported inside t
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import threading
@@ -106,7 +107,13 @@ def _load_translator(path: str, stamp: str):  # noqa: ARG001 - stamp is part of 
     from ..translator import Translator
 
     torch.set_num_threads(serving_threads())  # process-wide: the whole server shares one setting
-    return Translator.load(path)
+    tr = Translator.load(path)
+    # torch, Streamlit, plotly and the model live as long as the server: a full collection of the cyclic garbage
+    # collector walked all of them, holding the GIL so long that it stalled every session's script (measured in
+    # docs/benchmarks.md). Frozen, they are never walked again; what sessions create later is collected as before.
+    gc.collect()
+    gc.freeze()
+    return tr
 
 
 #: environment variable: most sentences of different sessions decoded in one beam search (default 32, 1 = never
