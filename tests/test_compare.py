@@ -245,3 +245,20 @@ def test_difference_heatmap_is_centred_at_zero():
         difference_heatmap(d, ["a", "a"], ["c", "d"])
     with pytest.raises(ValueError, match="positive"):
         difference_heatmap(d, ["a", "b"], ["c", "d"], zmax=0)
+
+
+def test_the_ablation_difference_map_is_the_compare_map_with_its_own_scale_and_name():
+    """Head ablation's ablated - intact map reuses this builder: red where the ablated model attends more (the
+    reversed scale), its name on the colour bar and in the hover text, repeated labels made unique, and every text
+    escaped for plotly (a title or axis title holding ``<s>`` shows it rather than eating it)."""
+    from aiayn.figures.ablation import DIVERGING
+    from aiayn.figures.ablation import difference_heatmap as ablation_difference
+
+    d = np.array([[0.3, -0.1], [0.0, 0.2]])
+    fig = ablation_difference(d, ["<s>", "<s>"], ["a", "b"], title="<s> row", y_title="query <s>")
+    mine, theirs = fig.data[0], difference_heatmap(d, ["0:<s>", "1:<s>"], ["a", "b"], colorscale=DIVERGING).data[0]
+    assert list(mine.y) == ["0:&lt;s&gt;", "1:&lt;s&gt;"] and list(mine.colorscale) == list(theirs.colorscale)
+    assert list(mine.colorscale) != list(difference_heatmap(d, ["a", "b"], ["c", "d"]).data[0].colorscale)
+    assert mine.colorbar.title.text == "ablated − intact" and "ablated − intact: %{z:+.3f}" in mine.hovertemplate
+    assert "query &lt;s&gt;: %{y}" in mine.hovertemplate and "<s>" not in mine.hovertemplate
+    assert fig.layout.title.text == "&lt;s&gt; row" and fig.layout.yaxis.title.text == "query &lt;s&gt;"

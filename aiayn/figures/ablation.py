@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import unique_labels
 from .attention import attention_heatmap, plotly_safe
+from .compare import difference_heatmap as compare_difference
 from .theme import use_template
 
 #: the sweep's metrics and how the figures title them
@@ -105,33 +106,16 @@ def difference_heatmap(diff: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
                        x_title: str = "key", y_title: str = "query", template: str | None = None,
                        zmax: float | None = None) -> go.Figure:
     """One map of ablated - intact attention weights ``(Q, K)`` on a diverging scale centred on 0 (red: the
-    ablated model attends more; blue: less).
+    ablated model attends more; blue: less): :func:`aiayn.figures.compare.difference_heatmap` with that scale and
+    name; repeated labels are made unique (``"i:piece"``), labels that already are unique are kept as they are.
 
     Raises:
-        ValueError: labels do not match the map's shape.
+        ValueError: labels do not match the map's shape; ``zmax`` not positive.
     """
-    d = np.asarray(diff, dtype=float)
-    if d.ndim != 2 or d.shape != (len(q_labels), len(k_labels)):
-        raise ValueError(f"map of shape {d.shape} but {len(q_labels)} query and {len(k_labels)} key labels")
-    vmax = zmax if zmax is not None else (float(np.abs(d).max()) if d.size and np.abs(d).max() > 0 else 1.0)
-    # labels already unique ("i:piece" from the page) are kept as they are, not prefixed a second time
-    y = [plotly_safe(v) for v in (q_labels if len(set(q_labels)) == len(q_labels) else unique_labels(q_labels))]
-    x = [plotly_safe(v) for v in (k_labels if len(set(k_labels)) == len(k_labels) else unique_labels(k_labels))]
-    fig = go.Figure(go.Heatmap(
-        z=d, x=x, y=y, zmin=-vmax, zmax=vmax, zmid=0.0, colorscale=DIVERGING,
-        colorbar=dict(title=dict(text="ablated − intact"), thickness=14),
-        hovertemplate=f"{y_title}: %{{y}}<br>{x_title}: %{{x}}<br>change: %{{z:+.3f}}<extra></extra>",
-        xgap=1 if max(d.shape, default=0) <= 40 else 0, ygap=1 if max(d.shape, default=0) <= 40 else 0,
-    ))
-    cell = 28 if max(d.shape, default=0) <= 25 else 18
-    fig.update_layout(
-        title=dict(text=title) if title else None,
-        xaxis=dict(title=x_title, type="category", tickangle=-60),
-        yaxis=dict(title=y_title, type="category", autorange="reversed"),
-        height=int(min(1100, max(380, 160 + cell * d.shape[0]))), margin=dict(l=10, r=10, t=60 if title else 20, b=10),
-    )
-    use_template(fig, template)
-    return fig
+    q = q_labels if len(set(q_labels)) == len(q_labels) else unique_labels(q_labels)
+    k = k_labels if len(set(k_labels)) == len(k_labels) else unique_labels(k_labels)
+    return compare_difference(diff, q, k, title=title, colorscale=DIVERGING, x_title=x_title, y_title=y_title,
+                              zmax=zmax, template=template, value_name="ablated − intact")
 
 
 def head_comparison(intact: np.ndarray, ablated: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str], *,

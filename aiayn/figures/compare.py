@@ -34,6 +34,7 @@ def difference_heatmap(
     show_values: bool = False,
     template: str | None = None,
     height: int | None = None,
+    value_name: str = "b − a",
 ) -> go.Figure:
     """The difference ``b - a`` of two aligned attention maps as a heatmap centred at 0.
 
@@ -44,6 +45,7 @@ def difference_heatmap(
         zmax: half-width of the colour range ``[-zmax, zmax]`` (default: the largest ``|diff|``, or 1 when
             every difference is 0 or absent); ``zmid`` is 0.
         show_values: write each difference in its cell (readable up to ~30 x 30).
+        value_name: what a value is, on the colour bar and in the hover text (plain text; e.g. "ablated − intact").
 
     Raises:
         ValueError: labels do not match the map's shape, labels repeat, or ``zmax`` is not positive.
@@ -61,8 +63,9 @@ def difference_heatmap(
     y, x = [plotly_safe(s) for s in q_labels], [plotly_safe(s) for s in k_labels]
     trace = go.Heatmap(
         z=d, x=x, y=y, zmin=-zmax, zmax=zmax, zmid=0.0, colorscale=colorscale, hoverongaps=False,
-        colorbar=dict(title=dict(text="b − a"), thickness=14),
-        hovertemplate=f"{y_title}: %{{y}}<br>{x_title}: %{{x}}<br>b − a: %{{z:+.3f}}<extra></extra>",
+        colorbar=dict(title=dict(text=plotly_safe(value_name)), thickness=14),
+        hovertemplate=(f"{plotly_safe(y_title)}: %{{y}}<br>{plotly_safe(x_title)}: %{{x}}<br>{plotly_safe(value_name)}: "
+                       "%{z:+.3f}<extra></extra>"),
         xgap=1 if max(d.shape, default=0) <= 40 else 0, ygap=1 if max(d.shape, default=0) <= 40 else 0,
     )
     if show_values:
