@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train-both": ("aiayn.training.both", "cli_main", "train en-de and de-en side by side in a time budget, then average, evaluate, card (one GPU session)"),
     "train-on": ("aiayn.training.continuous", "cli_main", "go on training a shipped model until a deadline, then average, evaluate on the test split and dev sets, judge"),
     "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
+    "interpolate": ("aiayn.training.export", "interpolate_cli_main",
+                    "weight interpolation (1 - w) A + w B of two checkpoints of one model (WiSE-FT)"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
     "evaluate-dev": ("aiayn.evaluation.devsets", "cli_main", "BLEU and chrF on the project's development sets (assets/devsets: short, long, classic)"),
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),

@@ -234,9 +234,19 @@ def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str
                f"{life.train_tokens or 0:,} target tokens, wall time {_fmt_minutes(life.wall_time_s)}."] if several else []),
             f"- Hardware: {hardware}.",
             f"- Weights: average of the last {len(meta.get('averaged_states', []))} saved states ({', '.join(meta.get('averaged_states', []))}), "
-            "as in Section 6.1 (the paper averages the last 5 checkpoints).",
+            "as in Section 6.1 (the paper averages the last 5 checkpoints)." + _interpolation_note(meta.get("interpolation")),
             "- The training curves are in `metrics.jsonl` (step, epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time)"
             + (" for the last run only." if several else "."), ""]
+
+
+def _interpolation_note(interp: dict[str, Any] | None) -> str:
+    """The Weights line's end for a weight interpolation (``meta["interpolation"]``, ``aiayn interpolate``), or ""."""
+    if not interp:
+        return ""
+    w, a = interp["weight"], interp.get("a", {})
+    step = f" (step {a['step']:,})" if isinstance(a.get("step"), int) else ""
+    return (f" The weights shipped are {1 - w:g} x `{_short_path(a.get('path', 'A'))}`{step} + {w:g} x this average, "
+            "parameter by parameter (a weight interpolation, WiSE-FT: Wortsman et al. 2022).")
 
 
 def _data_mix_lines(mix: dict[str, Any] | None) -> list[str]:

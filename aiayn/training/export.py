@@ -1,7 +1,8 @@
 """From a run to a shippable checkpoint (Section 6.1: "for the base models, we used a single model obtained by
 averaging the last 5 checkpoints"): average the last k run states, store the weights in float16 / bfloat16 /
 float32 with the run's SentencePiece model, metrics, configuration history and attention history
-(:mod:`.history`), and the ``aiayn average`` CLI.
+(:mod:`.history`), and the ``aiayn average`` CLI; and a weight interpolation of two checkpoints of one model
+(WiSE-FT, Wortsman et al. 2022: :func:`interpolate`, ``aiayn interpolate``), as session 14 shipped.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import average_checkpoints, read_config, save_checkpoint
+from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
 from ..files import atomic_copy
 from ..lineage import read_run_lineage, run_entry
 from ..model.transformer import Transformer
@@ -90,4 +91,62 @@ def average_cli_main(argv: list[str]) -> int:
         print(f"aiayn average: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
+    return 0
+
+
+def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, weight: float) -> Path:
+    """Write ``(1 - weight) A + weight B``, tensor by tensor, of two checkpoints of one model (same shape, same
+    SentencePiece model), as ``out_dir``: a weight-space ensemble of a model and its fine-tuned descendant (WiSE-FT,
+    Wortsman et al. 2022), which can keep what each side does best where neither beats the other everywhere. Every
+    other file is B's (its metrics, attention history and meta, so the lineage and the history end with B's run),
+    stored in B's dtype; ``meta["interpolation"]`` records the weight and A (path, step, averaged states), which the
+    model card states. Computed in float32. Returns ``out_dir`` as a ``Path``.
+
+    Raises:
+        ValueError: ``weight`` outside [0, 1]; the two are not checkpoints of one model shape or do not share one
+            SentencePiece model (names what differs); a file is damaged (from :func:`aiayn.checkpoint.load_checkpoint`).
+        FileNotFoundError: a directory or one of its files is missing.
+    """
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+        raise ValueError(f"weight must be a number in [0, 1] (the share of B), got {weight!r}")
+    a_dir, b_dir = Path(a_dir).expanduser(), Path(b_dir).expanduser()
+    model_a, cfg_a = load_checkpoint(a_dir)
+    model_b, cfg_b = load_checkpoint(b_dir)
+    if cfg_a["model_config"] != cfg_b["model_config"]:
+        diff = sorted(k for k, v in cfg_a["model"].items() if cfg_b["model"].get(k) != v)
+        raise ValueError(f"{a_dir} and {b_dir} are not checkpoints of one model shape (they differ in {diff})")
+    spm_a, spm_b = (a_dir / SPM_FILE).read_bytes(), (b_dir / SPM_FILE).read_bytes()
+    if spm_a != spm_b:
+        raise ValueError(f"{a_dir} and {b_dir} do not share one SentencePiece model ({SPM_FILE} differs)")
+    a_state = model_a.state_dict()
+    model_b.load_state_dict({k: (1.0 - weight) * a_state[k] + weight * v for k, v in model_b.state_dict().items()})
+    meta_a = cfg_a.get("meta", {})
+    meta = dict(cfg_b.get("meta", {}))
+    meta["interpolation"] = {"weight": float(weight), "formula": "(1 - weight) A + weight B",
+                             "a": {"path": str(a_dir), "step": meta_a.get("step"),
+                                   "averaged_states": meta_a.get("averaged_states")},
+                             "b": {"path": str(b_dir), "averaged_states": meta.get("averaged_states")}}
+    out = save_checkpoint(out_dir, model_b, spm_model=spm_b, dtype=cfg_b.get("dtype", "float32"), meta=meta)
+    for name in ("metrics.jsonl", HISTORY_FILE):
+        if (b_dir / name).is_file():
+            atomic_copy(b_dir / name, Path(out) / name)
+    return Path(out)
+
+
+def interpolate_cli_main(argv: list[str]) -> int:
+    """``aiayn interpolate A B OUT --weight W``: :func:`interpolate`. Returns the exit code: 0, or 2 (one line on
+    stderr) for a bad weight, a missing or damaged checkpoint, or two checkpoints of different models."""
+    ap = argparse.ArgumentParser(prog="aiayn interpolate", description="Weight interpolation (1 - W) A + W B of two "
+                                 "checkpoints of one model (WiSE-FT, Wortsman et al. 2022).")
+    ap.add_argument("a", help="checkpoint A (e.g. the shipped model)")
+    ap.add_argument("b", help="checkpoint B (e.g. its fine-tuned descendant); its other files are kept")
+    ap.add_argument("out", help="output checkpoint directory")
+    ap.add_argument("--weight", type=float, required=True, help="W, the share of B, in [0, 1]")
+    args = ap.parse_args(argv)
+    try:
+        out = interpolate(args.a, args.b, args.out, weight=args.weight)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"aiayn interpolate: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {1 - args.weight:g} x {args.a} + {args.weight:g} x {args.b}")
     return 0

@@ -1,0 +1,79 @@
+"""aiayn.training.export.interpolate / ``aiayn interpolate``: the weight interpolation ``(1 - w) A + w B`` of two
+checkpoints of one model (WiSE-FT, Wortsman et al. 2022), with B's other files and a meta the model card states."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from aiayn.checkpoint import load_checkpoint
+from aiayn.training.export import interpolate, interpolate_cli_main
+from tiny_models import make_tiny_checkpoint
+
+
+@pytest.fixture()
+def pair(tmp_path, tiny_spm):
+    a = make_tiny_checkpoint(tmp_path / "a", tiny_spm, "en-de", seed=1)
+    b = make_tiny_checkpoint(tmp_path / "b", tiny_spm, "en-de", seed=2)
+    config = json.loads((b / "config.json").read_text())
+    config["meta"].update(step=300, averaged_states=["step_00000250", "step_00000300"])
+    (b / "config.json").write_text(json.dumps(config))
+    (b / "metrics.jsonl").write_text('{"step": 300, "valid_loss": 2.5}\n')
+    config = json.loads((a / "config.json").read_text())
+    config["meta"]["step"] = 1000
+    (a / "config.json").write_text(json.dumps(config))
+    return a, b
+
+
+def test_each_tensor_is_the_weighted_sum_and_b_keeps_its_files(pair, tmp_path):
+    a, b = pair
+    out = interpolate(a, b, tmp_path / "out", weight=0.25)
+    (ma, _), (mb, _), (mo, config) = load_checkpoint(a), load_checkpoint(b), load_checkpoint(out)
+    sa, sb = ma.state_dict(), mb.state_dict()
+    for key, value in mo.state_dict().items():
+        want = 0.75 * sa[key] + 0.25 * sb[key]
+        assert torch.allclose(value, want.half().float(), atol=0, rtol=0), key  # stored in B's float16
+    assert not torch.equal(sa["embedding.weight"], sb["embedding.weight"])  # the two really differ
+    assert config["dtype"] == "float16" and (out / "spm.model").read_bytes() == (b / "spm.model").read_bytes()
+    assert (out / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
+    meta = config["meta"]
+    assert meta["step"] == 300 and meta["direction"] == "en-de"
+    assert meta["interpolation"]["weight"] == 0.25 and meta["interpolation"]["a"]["step"] == 1000
+    for w, same in ((0.0, a), (1.0, b)):  # the ends are the two checkpoints themselves
+        end, _ = load_checkpoint(interpolate(a, b, tmp_path / f"w{w}", weight=w))
+        mine = load_checkpoint(same)[0].state_dict()
+        assert all(torch.equal(v, mine[k]) for k, v in end.state_dict().items())
+
+
+def test_the_model_card_states_the_interpolation(pair, tmp_path):
+    from aiayn.evaluation.modelcard import render_card
+
+    a, b = pair
+    out = interpolate(a, b, tmp_path / "out", weight=0.5)
+    [weights] = [line for line in render_card(out, None, None, [], "CPU").splitlines() if line.startswith("- Weights:")]
+    assert "0.5 x `" in weights and "(step 1,000) + 0.5 x this average" in weights and "WiSE-FT" in weights
+    [plain] = [line for line in render_card(b, None, None, [], "CPU").splitlines() if line.startswith("- Weights:")]
+    assert "WiSE-FT" not in plain
+
+
+def test_two_different_models_a_bad_weight_or_a_missing_file_are_one_line_errors(pair, tmp_path, tiny_spm, capsys):
+    a, b = pair
+    other = make_tiny_checkpoint(tmp_path / "other", tiny_spm, "en-de", n_layers=1)
+    with pytest.raises(ValueError, match="one model shape .*n_layers"):
+        interpolate(a, other, tmp_path / "x", weight=0.5)
+    foreign = tmp_path / "foreign"
+    shutil.copytree(b, foreign)
+    (foreign / "spm.model").write_bytes((foreign / "spm.model").read_bytes() + b"x")
+    with pytest.raises(ValueError, match="SentencePiece"):
+        interpolate(a, foreign, tmp_path / "x", weight=0.5)
+    for weight in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+            interpolate(a, b, tmp_path / "x", weight=weight)
+    assert not (tmp_path / "x").exists()
+    assert interpolate_cli_main([str(a), str(tmp_path / "missing"), str(tmp_path / "y"), "--weight", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aiayn interpolate: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert interpolate_cli_main([str(a), str(b), str(tmp_path / "z"), "--weight", "0.3"]) == 0
+    assert "0.7 x" in capsys.readouterr().out and (tmp_path / "z" / "model.safetensors").is_file()
