@@ -32,8 +32,8 @@ sentences that have come and are not encoded yet, together (:meth:`Translator.en
 that others keep joining. While a class gathers, the sessions' scripts keep one core busy and the runner's would
 idle; the encoder (about a sixth of a paper-size class's batch) is then mostly done when the batch starts, and the
 batch decodes over the stacked encodings (:meth:`aiayn.model.transformer.EncoderOutput.stack`; the sentence that
-fills the batch, or one whose encoding failed, is encoded in the batch). The batch's time counts those encoder runs. Measured: docs/benchmarks.md, "Classroom on the paper-size model,
-sixth round".
+fills the batch, or one whose encoding failed, is encoded in the batch). The batch's time counts those encoder runs.
+Measured: docs/benchmarks.md, "Classroom on the paper-size model, sixth round".
 
 **Announced sentences.** A window guesses; the app can say. A page run that will ask for a sentence announces it
 (:meth:`Announcements.announce`, in its thread) when it starts, before its page set-up (a class's sessions share one

@@ -122,10 +122,9 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     model_b.load_state_dict({k: (1.0 - weight) * a_state[k] + weight * v for k, v in model_b.state_dict().items()})
     meta_a = cfg_a.get("meta", {})
     meta = dict(cfg_b.get("meta", {}))
-    meta["interpolation"] = {"weight": float(weight), "formula": "(1 - weight) A + weight B",
+    meta["interpolation"] = {"weight": float(weight),  # of B, these weights; A is the other side
                              "a": {"path": str(a_dir), "step": meta_a.get("step"),
-                                   "averaged_states": meta_a.get("averaged_states")},
-                             "b": {"path": str(b_dir), "averaged_states": meta.get("averaged_states")}}
+                                   "averaged_states": meta_a.get("averaged_states")}}
     out = save_checkpoint(out_dir, model_b, spm_model=spm_b, dtype=cfg_b.get("dtype", "float32"), meta=meta)
     for name in ("metrics.jsonl", HISTORY_FILE):
         if (b_dir / name).is_file():
