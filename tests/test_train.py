@@ -78,6 +78,27 @@ def test_noam_lr_rejects_step_zero():
         noam_lr(1, 512, 0)
 
 
+def test_noam_lr_linear_decay_reaches_zero_at_max_steps():
+    d, w, m = 256, 400, 1000
+    for step in (1, 2, w, 401, 999, 1000):
+        # Equation 3 times (m - step + 1) / m, written out
+        assert noam_lr(step, d, w, 0.2, decay="linear", max_steps=m) == pytest.approx(
+            0.2 * eq3(step, d, w) * (m - step + 1) / m, rel=1e-12)
+    lrs = [noam_lr(s, d, w, decay="linear", max_steps=m) for s in range(1, m + 1)]
+    assert lrs[-1] == pytest.approx(eq3(m, d, w) / m, rel=1e-12)  # one m-th of Equation 3 at the last step
+    assert all(a > b for a, b in zip(lrs[w - 1:-1], lrs[w:]))  # falls after the warmup
+    assert noam_lr(5, d, w, decay="none", max_steps=3) == noam_lr(5, d, w)  # max_steps matters to "linear" only
+
+
+def test_noam_lr_linear_decay_errors():
+    with pytest.raises(ValueError, match="max_steps"):
+        noam_lr(11, 256, 400, decay="linear", max_steps=10)
+    with pytest.raises(ValueError, match="max_steps"):
+        noam_lr(1, 256, 400, decay="linear", max_steps=0)
+    with pytest.raises(ValueError, match="none, linear"):
+        noam_lr(1, 256, 400, decay="cosine", max_steps=10)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Label smoothing (Section 5.4)
 # ---------------------------------------------------------------------------------------------------------
@@ -205,6 +226,24 @@ def test_short_run_lowers_loss_on_real_pairs(tiny_data, tmp_path):
     assert [p.name for p in list_states(run)] == ["step_00000020", "step_00000040"]
     cfg = json.loads((run / "train_config.json").read_text())
     assert cfg["max_steps"] == 40 and cfg["preset"] == "tiny"
+
+
+def test_linear_decay_run_logs_the_decayed_rate_and_resumes_on_it(tiny_data, tmp_path):
+    """``lr_decay="linear"``: every logged rate is Equation 3 times (max_steps - step + 1) / max_steps, also after a
+    resume; the setting is stored with the run."""
+    run = tmp_path / "run"
+    train(tiny_tc(tiny_data, run, max_steps=6, valid_every=10, save_every=3, lr_decay="linear"), log=QUIET)
+    cfg = json.loads((run / "train_config.json").read_text())
+    assert cfg["lr_decay"] == "linear"
+    resumed = tmp_path / "resumed"
+    shutil.copytree(run, resumed)
+    for f in list_states(resumed)[1:]:
+        shutil.rmtree(f)  # keep only step 3's state, then go on from it to 6
+    (resumed / "metrics.jsonl").write_text("")
+    train(tiny_tc(tiny_data, resumed, max_steps=6, valid_every=10, save_every=3, lr_decay="linear"), resume=True, log=QUIET)
+    for r in read_metrics(run) + read_metrics(resumed):
+        assert r["lr"] == pytest.approx(eq3(r["step"], 64, 20) * (6 - r["step"] + 1) / 6, rel=1e-12)
+    assert [r["step"] for r in read_metrics(resumed)] == [4, 5, 6]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -762,6 +801,9 @@ def test_resolve_config_keeps_the_stored_recipe_and_applies_only_given_flags():
         resolve_config({**none, "run_dir": "/runs/x", "direction": "en-de"}, stored)
     with pytest.raises(ValueError, match="no data directory"):
         resolve_config({**none, "run_dir": "/runs/y"}, None)
+    assert resolve_config({**none, "run_dir": "/runs/x", "lr_decay": "linear"}, stored).lr_decay == "linear"
+    with pytest.raises(ValueError, match="--lr-decay must be one of none, linear, got 'cosine'"):
+        resolve_config({**none, "run_dir": "/runs/x", "lr_decay": "cosine"}, stored)
 
 
 def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_data, tmp_path, capsys):

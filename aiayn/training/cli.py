@@ -18,7 +18,7 @@ from .export import export
 from .loader import DataMixError, parse_kind_weights
 from .loop import train
 from .pipeline import rank_and_world
-from .recipe import ADAM_IMPLS, TrainConfig
+from .recipe import ADAM_IMPLS, LR_DECAYS, TrainConfig
 from .state import WarmStartError, list_states
 
 
@@ -46,7 +46,8 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
-               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("kind_weights", str)]
+               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("kind_weights", str),
+               ("lr_decay", str)]
 
 #: Help text of the flags whose name alone does not say enough.
 FLAG_HELP = {
@@ -64,6 +65,8 @@ FLAG_HELP = {
                     "once), default (the datasheet's weights) or kind=weight,... e.g. ding=1,ui=1,documentation=1,"
                     "narrative=2,everyday=3; a pair is repeated upsample x weight times per epoch, a fractional part "
                     "kept for a subset seeded by --seed (docs/training.md); ",
+    "lr_decay": "on top of Equation 3: none (the paper's schedule) or linear (times (max_steps - step + 1) / "
+                "max_steps: a cooldown to zero at --max-steps, for going on from a trained model); ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",
 }
@@ -100,6 +103,8 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
         raise ValueError(f"--residual-init-scale must be a positive number, got {base['residual_init_scale']}")
     if (base["pad_multiple"] is not None and int(base["pad_multiple"]) < 1) or int(base["prefetch"]) < 0:
         raise ValueError(f"--pad-multiple must be >= 1 and --prefetch >= 0, got {base['pad_multiple']} and {base['prefetch']}")
+    if base["lr_decay"] not in LR_DECAYS:
+        raise ValueError(f"--lr-decay must be one of {', '.join(LR_DECAYS)}, got {base['lr_decay']!r}")
     if base["adam_impl"] not in ADAM_IMPLS:
         raise ValueError(f"--adam-impl must be one of {', '.join(ADAM_IMPLS)}, got {base['adam_impl']!r}")
     parse_kind_weights(base["kind_weights"])  # a malformed spec is refused here (DataMixError is a ValueError)

@@ -312,7 +312,8 @@ def _train_step(run: _Run, micro, n_tok_global: int) -> float:
     """One optimizer step over this rank's micro-batches ``micro`` (gradient accumulation, Section 5.1);
     returns the learning rate used (Equation 3). Reads nothing back from the device."""
     tc, cfg = run.tc, run.cfg
-    lr = noam_lr(run.state["step"] + 1, cfg.d_model, tc.warmup_steps, tc.lr_scale)
+    lr = noam_lr(run.state["step"] + 1, cfg.d_model, tc.warmup_steps, tc.lr_scale, decay=tc.lr_decay,
+                 max_steps=tc.max_steps)
     for g in run.opt.param_groups:
         g["lr"] = lr
     run.opt.zero_grad(set_to_none=True)

@@ -13,24 +13,45 @@ import torch
 import torch.nn.functional as F
 
 
-def noam_lr(step: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0) -> float:
-    """Equation 3 (Section 5.3): ``lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``.
+#: the learning-rate decays a run may put on top of Equation 3 (``TrainConfig.lr_decay``): none (the paper's
+#: schedule), or linear to zero at ``max_steps`` (a cooldown)
+LR_DECAYS = ("none", "linear")
+
+
+def noam_lr(step: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0, *, decay: str = "none",
+            max_steps: int = 0) -> float:
+    """Equation 3 (Section 5.3): ``lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``;
+    with ``decay="linear"`` times ``(max_steps - step + 1) / max_steps``, which falls linearly to ``1 / max_steps``
+    at the last step (not in the paper: a cooldown to zero, the decay phase of warmup-stable-decay schedules; a
+    linear cooldown matches a cosine schedule, Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond
+    Fixed Training Durations"). It is meant for a warm start that goes on from a trained model, whose Equation-3
+    rate has stopped falling usefully.
 
     Args:
         step: optimizer step, counted from 1.
         d_model: model width (the paper: 512).
         warmup_steps: steps of linear increase (the paper: 4000).
         lr_scale: factor on the whole schedule (1.0 = the paper's).
+        decay: one of :data:`LR_DECAYS`.
+        max_steps: the run's last step (``TrainConfig.max_steps``); used by ``decay="linear"`` only.
 
     Returns:
         The learning rate (a Python float) for Adam at ``step``.
 
     Raises:
-        ValueError: ``step < 1`` or ``warmup_steps < 1``.
+        ValueError: ``step < 1`` or ``warmup_steps < 1``; an unknown ``decay``; ``decay="linear"`` with
+            ``max_steps < 1`` or ``step > max_steps``.
     """
     if step < 1 or warmup_steps < 1:
         raise ValueError(f"step and warmup_steps must be >= 1, got step={step}, warmup_steps={warmup_steps}")
-    return lr_scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+    if decay not in LR_DECAYS:
+        raise ValueError(f"the learning-rate decay must be one of {', '.join(LR_DECAYS)}, got {decay!r}")
+    lr = lr_scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+    if decay == "linear":
+        if not 1 <= step <= max_steps:
+            raise ValueError(f"a linear decay needs 1 <= step <= max_steps, got step={step}, max_steps={max_steps}")
+        lr *= (max_steps - step + 1) / max_steps
+    return lr
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: float,
@@ -146,4 +167,5 @@ class TrainConfig:
     token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start
     adam_impl: str = "fused"  # Adam's implementation: "fused", "foreach" or "loop" (ADAM_IMPLS; the same update rule)
     kind_weights: str = "none"  # data mix by train_kinds.txt: "none", "default" (datasheet) or "ding=1,narrative=2,..."
+    lr_decay: str = "none"  # on top of Equation 3: "none", or "linear" to zero at max_steps (noam_lr; a cooldown)
     bidirectional: bool = False  # every pair both ways, the decoder started by the target's language tag (mBART, NLLB)
