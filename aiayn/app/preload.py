@@ -22,7 +22,8 @@ import os
 # machine holds a core that another process needs, then waits for its partner to be scheduled: with spinning threads
 # a class's batch took several times as long as with one thread (docs/benchmarks.md, "Classroom on the paper-size
 # model, third round"). libgomp reads the variable once, when torch loads it: hence here, before the server's first
-# ``import torch``.
+# ``import torch``. A short spin first (``GOMP_SPINCOUNT``) makes a lone batch faster but, with a browser on the same
+# cores, no class faster (docs/benchmarks.md, "eighth round"), so it is left to the user's environment.
 if os.environ.get("AIAYN_TORCH_THREADS", "").strip() != "1":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
