@@ -11,6 +11,8 @@ import streamlit as st
 
 from aiayn import app as ui
 from aiayn.app.state import link_params
+from aiayn.catalog import origin_of
+from aiayn.checkpoint_format import read_config
 from aiayn.evaluation.modelcard import quality_verdict
 from aiayn.lineage import lineage_markdown
 
@@ -77,6 +79,21 @@ def score_line(meta: dict) -> str | None:
     return "; ".join(parts) or None
 
 
+def about_model(checkpoint: Path) -> str:
+    """What the intro says the app runs: the shipped model's training data, or the imported model the sidebar chose
+    (its name and origin, from ``config.json`` alone: :func:`aiayn.catalog.origin_of`; no torch)."""
+    try:
+        origin = origin_of(read_config(checkpoint).get("meta") or {})
+    except (FileNotFoundError, ValueError):
+        origin = "trained here"
+    if origin.startswith("imported: "):
+        source = origin.split(": ", 1)[1]
+        return (f"This app runs **{checkpoint.name}**, a Transformer imported from {source} (trained elsewhere and "
+                "converted with `aiayn import-marian`),")
+    return ("This app runs a real, small Transformer trained on German–English dictionary pairs and on sentences "
+            "from the translations shipped in Debian packages,")
+
+
 def model_card_brief(ctx: ui.PageContext) -> None:
     """The model card, read from the checkpoint's ``config.json`` and ``MODEL_CARD.md``: the model itself
     is not loaded and torch is not imported, so this page renders in a fraction of a second."""
@@ -139,11 +156,10 @@ every other word (**self-attention**), then passes each position through a small
 (**encoder-decoder attention**). Each attention is split into *h* **heads** that attend in parallel, each
 computing softmax(QKᵀ/√d_k)·V (Eq. 1). Position is added with **sinusoidal encodings** (Section 3.5).
 
-This app runs a real, small Transformer trained on German–English dictionary pairs and on sentences from the
-translations shipped in Debian packages, and lets you look
-inside **every head of every layer**, for any sentence you type. Everything runs offline.
-            """
+"""
         )
+        st.markdown(f"{about_model(ctx.checkpoint)} and lets you look inside **every head of every layer**, for any "
+                    "sentence you type. Everything runs offline.")
         st.markdown("#### Pages")
         for path, label, icon in ui.PAGES[1:]:
             if ui.page_exists(path):

@@ -1,0 +1,57 @@
+"""The app's wording and views with an imported Opus-MT model chosen in the sidebar (``?model=opus-mt-en-de``) beside
+the tiny shipped models (AppTest): what a page says must fit the model that is served, and a page must not go blank
+because the imported model lacks a file that only a model trained and scored here has."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytest.importorskip("transformers")  # the imported model is built from a tiny MarianMTModel (tests/marian_fixture.py)
+
+from marian_fixture import write_marian  # noqa: E402
+
+from aiayn.import_marian import cli_main  # noqa: E402
+
+SHIPPED_WORDS = "trained on German–English dictionary pairs"
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory, fixture_pairs):
+    source = write_marian(tmp_path_factory.mktemp("marian") / "opus-mt-tiny", fixture_pairs)
+    out = tmp_path_factory.mktemp("imported") / "opus-mt-en-de"
+    assert cli_main([str(source), "--out", str(out), "--dtype", "float32", "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture()
+def folder(imported, tiny_checkpoints, tmp_path, monkeypatch):
+    """The teacher's checkpoints folder: both tiny shipped models and the imported ``opus-mt-en-de``."""
+    import streamlit as st
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield root
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def _text(at) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+def test_overview_names_the_imported_model_instead_of_the_shipped_ones_data(folder):
+    from app_pages import open_page
+
+    at = open_page("pages/0_Overview.py", {"model": "opus-mt-en-de"})
+    assert not at.exception, at.exception
+    text = _text(at)
+    assert "**opus-mt-en-de**, a Transformer imported from Opus-MT" in text
+    assert SHIPPED_WORDS not in text
+    at = open_page("pages/0_Overview.py")
+    assert SHIPPED_WORDS in _text(at) and "imported from" not in _text(at)
