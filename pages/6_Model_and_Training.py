@@ -15,6 +15,7 @@ from aiayn import app as ui
 from aiayn.model.config import TransformerConfig
 from aiayn.figures import labs
 from aiayn.evaluation.modelcard import config_change_notes
+from aiayn.app.history import imported_from
 from aiayn.lineage import lifetime, lineage_markdown
 from aiayn.training.recipe import noam_lr
 
@@ -30,8 +31,12 @@ def metrics(path: str, stamp: float) -> tuple[pd.DataFrame, list[str]]:  # noqa:
     return lessons.load_metrics(path)
 
 
+#: what section 3 says for a model imported by ``aiayn import-marian`` (trained elsewhere, no log of it here)
+IMPORTED_CURVES = ("This model was imported ({source}), trained elsewhere: its training was not recorded here, so it "
+                   "has no training curves to show. The sections below hold for it as for any model.")
+
 ctx = ui.setup_page("Model and training", icon=":material/monitoring:", intro=(
-    "Where the parameters are, what the shipped model was trained with, and two training ingredients of Section 5: "
+    "Where the parameters are, what the chosen model was trained with, and two training ingredients of Section 5: "
     "the warm-up learning-rate schedule (Equation 3) and label smoothing."))
 tr = ctx.translator_or_none()
 
@@ -39,7 +44,7 @@ tr = ctx.translator_or_none()
 st.header("1 · Parameters per component")
 models: dict[str, TransformerConfig] = {}
 if tr is not None:
-    models[f"loaded ({ctx.direction})"] = tr.cfg
+    models[f"loaded ({ctx.checkpoint.name})"] = tr.cfg
 else:
     st.info("No model could be loaded for this direction; showing the paper's presets only.")
 vocab = tr.cfg.vocab_size if tr is not None else 37000
@@ -57,7 +62,7 @@ st.caption("Totals: " + " · ".join(f"{n}: {v:,}" for n, v in totals.items())
 if tr is not None:
     n_model = tr.model.num_parameters()
     st.caption(f"Check: the loaded model's `num_parameters()` = {n_model:,}; the per-component sum = "
-               f"{totals[f'loaded ({ctx.direction})']:,}.")
+               f"{totals[f'loaded ({ctx.checkpoint.name})']:,}.")
     with st.expander("Per layer and sub-layer (loaded model)"):
         st.dataframe(summary(tr.cfg.to_json())[1], hide_index=True)
 ui.download_buttons(table, table.to_json(orient="records"), "parameters")
@@ -94,10 +99,14 @@ if life is not None and (len(runs) > 1 or life.warm_starts):
                + (f"lifetime step {start:,}, " if start else "") + "the weights of a trained parent, not a random "
                "start; the earlier runs' logs do not ship with this checkpoint.")
 log_path = ctx.checkpoint / "metrics.jsonl"
+imported = imported_from(ctx.checkpoint)
 try:
     mdf, notes = metrics(str(log_path), log_path.stat().st_mtime if log_path.is_file() else 0.0)
 except lessons.MetricsLogError as exc:
-    st.warning(f"**No training curves to show.** {exc}", icon=":material/inbox:")
+    if imported and not log_path.is_file():  # trained elsewhere: no log is expected, so no warning
+        st.info(IMPORTED_CURVES.format(source=imported), icon=":material/history:")
+    else:
+        st.warning(f"**No training curves to show.** {exc}", icon=":material/inbox:")
     mdf, notes = None, []
 for n in notes:
     st.warning(n, icon=":material/warning:")

@@ -55,3 +55,19 @@ def test_overview_names_the_imported_model_instead_of_the_shipped_ones_data(fold
     assert SHIPPED_WORDS not in text
     at = open_page("pages/0_Overview.py")
     assert SHIPPED_WORDS in _text(at) and "imported from" not in _text(at)
+
+
+def test_model_and_training_says_an_imported_model_has_no_curves_and_names_it(folder):
+    from app_pages import charts, open_page
+
+    at = open_page("pages/6_Model_and_Training.py", {"model": "opus-mt-en-de"})
+    assert not at.exception, at.exception
+    assert not [w.value for w in at.warning if "training curves" in w.value]
+    infos = [i.value for i in at.info if "imported (Opus-MT)" in i.value]
+    assert len(infos) == 1 and "no training curves" in infos[0]
+    legend = [t["name"] for t in charts(at)["params"]["data"]]
+    assert legend[0].startswith("loaded (opus-mt-en-de)")
+    assert not any("shipped model" in m.value for m in at.markdown)
+    at = open_page("pages/6_Model_and_Training.py")  # the shipped tiny model: its curves, no imported notice
+    assert not [i.value for i in at.info if "imported" in i.value]
+    assert [t["name"] for t in charts(at)["params"]["data"]][0].startswith("loaded (en-de)")
