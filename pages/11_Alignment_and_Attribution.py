@@ -30,32 +30,38 @@ ctx = ui.setup_page("Alignment and attribution", icon=":material/join_inner:", i
     "gradients** of each target piece's log-probability beside the head's attention, with their rank agreement."))
 tr = ctx.translator
 path = ctx.checkpoint / ALIGN_FILE
-if not path.is_file():
-    st.info(f"No `{ALIGN_FILE}` beside this checkpoint: run `aiayn align --checkpoint {ctx.checkpoint}`.")
-    st.stop()
-payload = json.loads(path.read_text(encoding="utf-8"))
-L, H = payload["layers"], payload["heads"]
+payload = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+# without alignment.json (an imported model, say) the gold-set grid is missing but one gold sentence still works
+L, H = (payload["layers"], payload["heads"]) if payload else (tr.cfg.n_layers, tr.cfg.n_heads)
 
 c1, c2, c3 = st.columns([2, 3, 2])
 measure = c1.segmented_control("Maps", list(MEASURES), key="measure", bind="query-params", default="weights",
                                help="weights: the attention weights; norms: norm-based attention, alpha ||f(x)|| "
                                     "(Kobayashi et al. 2020)") or "weights"
-readings = list(payload[measure]["readings"])
+readings = (list(payload[measure]["readings"]) if payload else
+            [f"{m}{'_shift' if shift else ''}" for m in al.METHODS for shift in al.SHIFTS])
 ui.warn_bad_param("reading", readings, "unknown reading")
 reading = c2.selectbox("Reading", readings, index=readings.index("source_shift") if "source_shift" in readings else 0,
                        key="reading", bind="query-params",
                        help="target: argmax per target word; source: per source word; their intersection / union; "
                             "_shift: a decoder row belongs to the word it is fed (Chen et al. 2020).")
-r = payload[measure]["readings"][reading]
-best = r["best_head"]
-aer = np.asarray(r["head_aer"], dtype=float)
-show_figure(head_grid(aer, title=f"AER per head ({MEASURES[measure]}, {reading}; {payload['pairs']} gold pairs)",
-                          colorscale=ctx.colorscale + "_r", zmin=0, zmax=1, value_name="AER", template=ctx.template,
-                          best=(best["layer"], best["head"])), key="aer_grid", filename="aer_per_head")
-c3.metric(f"Best head (AER {best['aer']:.3f})", f"layer {best['layer'] + 1} head {best['head'] + 1}")
-aer_df = pd.DataFrame([{"layer": l, "head": h, "aer": aer[l, h]} for l in range(L) for h in range(H)])
-download_buttons(aer_df, json.dumps(payload[measure]["readings"][reading]), f"aer_{ctx.direction}_{measure}_{reading}",
-                 key="aer")
+if payload is None:
+    best = {"layer": L - 1, "head": 0}
+    st.info(f"No `{ALIGN_FILE}` beside this checkpoint, so no AER per head over the gold set: run `aiayn align "
+            f"--checkpoint {ctx.checkpoint}` (one teacher-forced pass per gold pair). One gold sentence below works "
+            "without it.", icon=":material/grid_off:")
+else:
+    r = payload[measure]["readings"][reading]
+    best = r["best_head"]
+    aer = np.asarray(r["head_aer"], dtype=float)
+    show_figure(head_grid(aer, title=f"AER per head ({MEASURES[measure]}, {reading}; {payload['pairs']} gold pairs)",
+                              colorscale=ctx.colorscale + "_r", zmin=0, zmax=1, value_name="AER",
+                              template=ctx.template, best=(best["layer"], best["head"])),
+                key="aer_grid", filename="aer_per_head")
+    c3.metric(f"Best head (AER {best['aer']:.3f})", f"layer {best['layer'] + 1} head {best['head'] + 1}")
+    aer_df = pd.DataFrame([{"layer": l, "head": h, "aer": aer[l, h]} for l in range(L) for h in range(H)])
+    download_buttons(aer_df, json.dumps(payload[measure]["readings"][reading]),
+                     f"aer_{ctx.direction}_{measure}_{reading}", key="aer")
 across_training(ctx, reading)
 
 # -- one gold sentence ------------------------------------------------------------------------------------------

@@ -71,3 +71,20 @@ def test_model_and_training_says_an_imported_model_has_no_curves_and_names_it(fo
     at = open_page("pages/6_Model_and_Training.py")  # the shipped tiny model: its curves, no imported notice
     assert not [i.value for i in at.info if "imported" in i.value]
     assert [t["name"] for t in charts(at)["params"]["data"]][0].startswith("loaded (en-de)")
+
+
+def test_alignment_page_shows_one_gold_sentence_without_alignment_json(folder):
+    from app_pages import charts, open_page
+
+    from aiayn import Translator
+
+    assert not (folder / "opus-mt-en-de" / "alignment.json").exists()
+    cfg = Translator.load(folder / "opus-mt-en-de", device="cpu").cfg
+    at = open_page("pages/11_Alignment_and_Attribution.py", {"model": "opus-mt-en-de"})
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    c = charts(at)
+    assert "aer_grid" not in c and {"gold_map", "attr_beside", "agree_grid"} <= set(c)
+    assert any("alignment.json" in i.value and "aiayn align" in i.value for i in at.info)
+    assert at.number_input(key="layer").value == cfg.n_layers and at.number_input(key="head").value == 1
+    assert at.number_input(key="layer").max == cfg.n_layers and at.number_input(key="head").max == cfg.n_heads
