@@ -50,6 +50,9 @@ if tr is None:
             "the comparison with the model's embeddings is skipped.")
 default_d = cfg.d_model if cfg else 512
 default_len = min(cfg.max_len, lessons.MAX_PE_LENGTH) if cfg else 128
+LAYOUTS = ["interleaved", "concatenated"]
+# an imported Opus-MT model (Marian) adds the concatenated sinusoids: the default shows what the loaded model adds
+model_layout = cfg.positional_layout if cfg is not None and cfg.positional_layout in LAYOUTS else "interleaved"
 
 for name in ("d_model", "length", "k"):
     ui.warn_bad_param(name, ui.is_int, f"{name} must be a whole number")
@@ -60,9 +63,10 @@ d_model = c1.number_input("d_model", value=default_d, step=2, key="d_model", bin
                           help=f"Even, at most {lessons.MAX_PE_D_MODEL}. Default: the loaded model's.")
 length = c2.number_input("Positions (length)", value=default_len, step=1, key="length", bind="query-params",
                          help=f"1 to {lessons.MAX_PE_LENGTH}. Default: the loaded model's max_len.")
-layout = c3.selectbox("Layout of the heatmap", ["interleaved", "concatenated"], key="layout",
+layout = c3.selectbox("Layout of the heatmap", LAYOUTS, index=LAYOUTS.index(model_layout), key="layout",
                       bind="query-params", help="interleaved: the paper (sin on even, cos on odd dimensions); "
-                      "concatenated: tensor2tensor (all sines, then all cosines).")
+                      "concatenated: tensor2tensor and Marian (all sines, then all cosines). Default: the loaded "
+                      "model's.")
 try:
     length, d_model = lessons.check_pe_size(length, d_model)
 except lessons.LessonInputError as exc:
@@ -174,7 +178,10 @@ else:
 # -- 6. layouts ---------------------------------------------------------------------------------------------
 st.header("6 · Interleaved (paper) vs concatenated (tensor2tensor)")
 st.markdown("Both hold the same sines and cosines; only the order of dimensions differs. A model must be used with "
-            "the layout it was trained with; aiayn uses the paper's.")
+            "the layout it was trained with: " + (f"the loaded model uses the {model_layout} one"
+                                                 + (" (the paper's)." if model_layout == "interleaved" else
+                                                    ", as it was trained (not the paper's).")
+                                                 if cfg is not None else "aiayn's own models use the paper's."))
 n_lay = min(length, 256)
 inter, concat = pe_table(n_lay, d_model, "interleaved"), pe_table(n_lay, d_model, "concatenated")
 ui.show_figure(labs.layouts_figure(inter, concat, colorscale="RdBu", presenter=ctx.presenter), key="layouts",

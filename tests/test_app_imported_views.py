@@ -88,3 +88,20 @@ def test_alignment_page_shows_one_gold_sentence_without_alignment_json(folder):
     assert any("alignment.json" in i.value and "aiayn align" in i.value for i in at.info)
     assert at.number_input(key="layer").value == cfg.n_layers and at.number_input(key="head").value == 1
     assert at.number_input(key="layer").max == cfg.n_layers and at.number_input(key="head").max == cfg.n_heads
+
+
+def test_positional_encoding_defaults_to_the_layout_the_loaded_model_adds(folder):
+    from app_pages import charts, open_page
+
+    from aiayn import Translator
+
+    assert Translator.load(folder / "opus-mt-en-de", device="cpu").cfg.positional_layout == "concatenated"
+    at = open_page("pages/3_Positional_Encoding.py", {"model": "opus-mt-en-de"})
+    assert not at.exception, at.exception
+    assert at.selectbox(key="layout").value == "concatenated"
+    assert charts(at)["pe_heatmap"]["layout"]["title"]["text"].startswith("PE (concatenated)")
+    assert any("the loaded model uses the concatenated one" in m.value for m in at.markdown)
+    assert not any("aiayn uses the paper's" in m.value for m in at.markdown)
+    at = open_page("pages/3_Positional_Encoding.py")  # the shipped tiny model adds the paper's interleaved table
+    assert at.selectbox(key="layout").value == "interleaved"
+    assert any("the loaded model uses the interleaved one (the paper's)" in m.value for m in at.markdown)
