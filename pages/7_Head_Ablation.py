@@ -98,7 +98,11 @@ with c1:
 with c2:
     st.markdown(f"**Without {len(off)} head{'s' if len(off) != 1 else ''}** (beam 4)  \n{ablated.text or '∅'}")
     for name, value in s_ablated.items():
-        st.metric(name, f"{value:.2f}", delta=f"{value - s_intact[name]:+.2f}" if off else None)
+        delta = f"{value - s_intact[name]:+.2f}" if off else None
+        if delta in ("+0.00", "-0.00"):  # unchanged at the shown precision: no green rise, no red fall
+            st.metric(name, f"{value:.2f}", delta="0.00", delta_color="off", delta_arrow="off")
+        else:
+            st.metric(name, f"{value:.2f}", delta=delta)
 if not off:
     st.info("Every head is on: pick heads above to remove them.")
 elif ablated.text == intact.text:

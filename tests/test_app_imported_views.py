@@ -105,3 +105,27 @@ def test_positional_encoding_defaults_to_the_layout_the_loaded_model_adds(folder
     at = open_page("pages/3_Positional_Encoding.py")  # the shipped tiny model adds the paper's interleaved table
     assert at.selectbox(key="layout").value == "interleaved"
     assert any("the loaded model uses the interleaved one (the paper's)" in m.value for m in at.markdown)
+
+
+def test_head_ablation_shows_an_unchanged_score_as_no_change(folder):
+    """A score that does not move at the shown precision reads "0.00" in grey, not a green "+0.00" rise."""
+    from app_pages import open_page
+
+    from aiayn import Translator
+    from aiayn.analysis.ablation import head_mask_array
+
+    text = "I have no time."
+    tr = Translator.load(folder / "en-de", device="cpu")
+    L, H = tr.cfg.n_layers, tr.cfg.n_heads
+    intact = tr.translate(text, beam_size=4).text
+    same = next(f"cross.{l + 1}.{h + 1}" for l in range(L) for h in range(H)  # a head whose removal keeps the text
+                if tr.translate(text, beam_size=4, head_mask=head_mask_array([("cross", l, h)], L, H)).text == intact)
+    at = open_page("pages/7_Head_Ablation.py", {"text": text, "off": same})
+    assert not at.exception, at.exception
+    deltas = {m.label: m.proto for m in at.metric if m.proto.delta}
+    assert deltas["chrF"].delta == "0.00"  # the same text: the same chrF
+    for label, proto in deltas.items():
+        moved = proto.delta not in ("0.00",)
+        assert (proto.color == proto.GRAY and proto.direction == proto.NONE) != moved, (label, proto)
+        if moved:
+            assert proto.delta[0] in "+-" and float(proto.delta) != 0
