@@ -193,3 +193,24 @@ def test_sessions_that_picked_different_models_see_their_own_walk(tiny_checkpoin
     finally:
         st.cache_data.clear()
         st.cache_resource.clear()
+
+
+def test_tree_labels_fit_one_step_and_keep_the_whole_piece_in_the_hover(tr):
+    """A long search of long pieces: each kept node's label is cut with "…" to the room one step leaves
+    (f1.TREE_PLOT_PX over steps + 2, less the marker's gap), the whole piece stays in the hover."""
+    import dataclasses
+
+    tree = tr.beam_tree(TEXT, beam_size=3)
+    long = "▁Entscheidungsfindungsprozess"
+    tree = dataclasses.replace(tree, nodes=[dataclasses.replace(n, piece=long) if n.id else n for n in tree.nodes])
+    steps = max(n.step for n in tree.nodes)
+    room = f1.TREE_PLOT_PX / (steps + 2) - 2 * f1.TREE_LABEL_PX
+    fig = f1.beam_tree_figure(tree)
+    labelled = [t for t in fig.data if t.mode == "markers+text" and t.name != "root"]
+    assert labelled and all(t.textfont.size == f1.TREE_LABEL_PX for t in labelled)
+    for t in labelled:
+        for label, hover in zip(t.text, t.hovertext):
+            assert label.endswith("…") and long.startswith(label[:-1]) and len(label) >= 3
+            assert len(label) * f1.TREE_CHAR_PX <= max(room, 3 * f1.TREE_CHAR_PX)
+            assert hover.startswith(long + "<br>")
+    assert f1.tree_label("▁Zeit", 8) == "▁Zeit"  # a short piece is left whole

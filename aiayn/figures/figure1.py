@@ -172,12 +172,28 @@ def tree_summary(tree) -> str:
             f"{ended} ended; the winner's score (log P / lp) is {tree.nodes[tree.best].score:.3f}.")
 
 
+#: the tree's plot area at 1366 px (the page's main column, inside an expander), its node labels' font size and the
+#: width of one of their characters (Source Sans; both widths measured on a screenshot): a label starts about one
+#: font size right of its marker and must end before the next step's marker
+TREE_PLOT_PX, TREE_LABEL_PX, TREE_CHAR_PX = 800, 11, 5.5
+
+
+def tree_label(piece: str, steps: int) -> str:
+    """A node's label, cut with "…" to the width one step of a ``steps``-step tree leaves beside its marker (the
+    whole piece is in the hover): long pieces (``▁Entscheidungen``) of a long search otherwise run into the next
+    step's labels. Never under three characters (a piece's first two and "…"): a search of 20 steps or more gets
+    short labels that may touch the next marker rather than none."""
+    fits = max(3, int((TREE_PLOT_PX / (steps + 2) - 2 * TREE_LABEL_PX) / TREE_CHAR_PX))
+    return piece if len(piece) <= fits else piece[:fits - 1] + "…"
+
+
 def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
     """The beam search as a tree: x the step, y the rank within the step; edges to the parent, colour by status
     (kept, finished, cut at the maximum length, pruned), the winner's path drawn thick, hover with log-probabilities
     and the length-penalised score."""
     pos = tree_layout(tree)
     best = set(tree.path(tree.best))
+    steps = max(n.step for n in tree.nodes)
     fig = go.Figure()
     for bold in (False, True):
         xs, ys = [], []
@@ -197,12 +213,12 @@ def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
         labelled = status != "pruned"  # pruned nodes carry no label: no text elements for the browser to lay out
         fig.add_scatter(x=[pos[n.id][0] for n in ns], y=[pos[n.id][1] for n in ns], name=status,
                         mode="markers+text" if labelled else "markers",
-                        text=[_text(n.piece) for n in ns] if labelled else None, textposition="middle right",
+                        text=[_text(tree_label(n.piece, steps)) for n in ns] if labelled else None,
+                        textposition="middle right", textfont=dict(size=TREE_LABEL_PX),
                         hovertext=text, hoverinfo="text",
                         customdata=[n.id for n in ns],
                         marker=dict(size=[16 if n.id == tree.best else 10 for n in ns], color=colour,
                                     line=dict(width=[3 if n.id in best else 0 for n in ns], color="#d62728")))
-    steps = max(n.step for n in tree.nodes)
     fig.update_layout(title=f"Beam search tree (K = {tree.beam_size}, α = {tree.length_penalty})",
                       xaxis=dict(title="step (output pieces)", dtick=1, range=[-0.5, steps + 1.5]),
                       yaxis=dict(title="rank in the step", autorange="reversed"), height=460,
