@@ -11,7 +11,7 @@ from aiayn import app as ui
 from aiayn.analysis import rollout, rollout_dict, rollout_frame, view_stack
 from aiayn.examples import EXAMPLES
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
-from aiayn.figures.rollout import rollout_layers
+from aiayn.figures.rollout import presenter_columns, rollout_layers
 from aiayn.model.maps import KIND_TITLES
 
 from aiayn.app.pickers import kind_picker, layer_picker
@@ -108,7 +108,7 @@ st.caption(f"{KIND_TITLES[kind].capitalize()}. Rows are queries, columns keys; e
 st.markdown("##### The rollout layer by layer")
 ui.show_figure(rollout_layers(roll, q_lab, k_lab, highlight=layer, colorscale=ctx.colorscale, template=ctx.template,
                               title=f"Rollout of the {KIND_TITLES[kind]} up to each layer (r = {residual:.2f})",
-                              columns=1 if ctx.presenter else None),
+                              columns=presenter_columns(roll.shape[0]) if ctx.presenter else None),
                key="layers", filename=f"rollout_{kind}_{ctx.direction}_layers_r{residual:.2f}")
 
 st.markdown("##### Download the rollout")

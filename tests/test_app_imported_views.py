@@ -129,3 +129,43 @@ def test_head_ablation_shows_an_unchanged_score_as_no_change(folder):
         assert (proto.color == proto.GRAY and proto.direction == proto.NONE) != moved, (label, proto)
         if moved:
             assert proto.delta[0] in "+-" and float(proto.delta) != 0
+
+
+@pytest.fixture(scope="module")
+def imported_n6(tmp_path_factory, fixture_pairs):
+    """A tiny imported Marian model with the paper's N = 6 layers (d_model 16, 2 heads)."""
+    source = write_marian(tmp_path_factory.mktemp("marian6") / "opus-mt-tiny-n6", fixture_pairs, encoder_layers=6,
+                          decoder_layers=6)
+    out = tmp_path_factory.mktemp("imported6") / "opus-mt-en-de"
+    assert cli_main([str(source), "--out", str(out), "--dtype", "float32", "--no-progress"]) == 0
+    return out
+
+
+def test_rollout_in_presenter_mode_puts_six_layers_two_to_a_row(imported_n6, tiny_checkpoints, tmp_path,
+                                                               monkeypatch):
+    import streamlit as st
+    from app_pages import charts, open_page
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported_n6, root / "opus-mt-en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+    def panel_columns(query):
+        at = open_page("pages/8_Attention_Rollout.py", query)
+        assert not at.exception, at.exception
+        lay = charts(at)["layers"]["layout"]
+        heatmaps = [t for t in charts(at)["layers"]["data"] if t["type"] == "heatmap"]
+        domains = {tuple(v["domain"]) for k, v in lay.items() if k.startswith("xaxis")}
+        return len(heatmaps), len(domains)
+
+    try:
+        assert panel_columns({"model": "opus-mt-en-de", "presenter": "true"}) == (6, 2)  # 3 rows of 2
+        assert panel_columns({"model": "opus-mt-en-de"}) == (6, 6)  # one row, as before
+        assert panel_columns({"presenter": "true"}) == (2, 1)  # the tiny shipped model (N = 2): one per row
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()

@@ -17,6 +17,13 @@ from ..analysis import unique_labels
 from .attention import small_multiples
 
 
+def presenter_columns(n_layers: int) -> int:
+    """Panels per row of :func:`rollout_layers` in presenter mode: one (large labels leave side-by-side panels too
+    narrow) up to three layers, two beyond, so that the paper's N = 6 is three rows of two panels to compare, not six
+    page-high rows a class scrolls through one at a time."""
+    return 1 if n_layers <= 3 else 2
+
+
 def rollout_layers(
     stack: np.ndarray,
     q_labels: Sequence[str],
