@@ -177,8 +177,12 @@ else:
     m1, m2, m3 = st.columns(3)
     m1.metric("mean attention mass on future tokens", f"{total:.1%}", help="0 exactly with the mask")
     m2.metric("positions whose prediction changes", f"{changed} / {len(lab)}")
-    m3.metric("mean p(next reference token)", f"{leak.p_next_unmasked.mean():.3f}",
-              delta=f"{leak.p_next_unmasked.mean() - leak.p_next_masked.mean():+.3f} vs masked")
+    gain = f"{leak.p_next_unmasked.mean() - leak.p_next_masked.mean():+.3f}"
+    if float(gain) == 0:  # unchanged at the shown precision: no red "-0.000" fall, no green "+0.000" rise
+        m3.metric("mean p(next reference token)", f"{leak.p_next_unmasked.mean():.3f}", delta="0.000 vs masked",
+                  delta_color="off", delta_arrow="off")
+    else:
+        m3.metric("mean p(next reference token)", f"{leak.p_next_unmasked.mean():.3f}", delta=f"{gain} vs masked")
     ui.show_figure(labs.future_mass_figure(leak.future_mass, lab, colorscale=ctx.colorscale, presenter=ctx.presenter),
                    key="future_mass", filename="future_mass")
     u1, u2 = ui.chart_columns(2)

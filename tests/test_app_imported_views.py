@@ -169,3 +169,14 @@ def test_rollout_in_presenter_mode_puts_six_layers_two_to_a_row(imported_n6, tin
     finally:
         st.cache_data.clear()
         st.cache_resource.clear()
+
+
+def test_masking_shows_an_unchanged_probability_as_no_change(folder):
+    """Without the look-ahead mask, a mean p(next reference token) that moves by less than 0.0005 reads "0.000" in
+    grey, not a red "-0.000" fall (the imported random model's 1 / vocabulary probabilities barely move)."""
+    from app_pages import open_page
+
+    at = open_page("pages/4_Masking.py", {"model": "opus-mt-en-de", "nomask": "true"})
+    assert not at.exception, at.exception
+    (m,) = [m.proto for m in at.metric if m.label == "mean p(next reference token)"]
+    assert m.delta == "0.000 vs masked" and m.color == m.GRAY and m.direction == m.NONE
