@@ -113,7 +113,9 @@ def model_card_brief(ctx: ui.PageContext) -> None:
     cols[3].metric("d_ff", cfg.d_ff)
     cols[4].metric("Parameters", "n/a" if not isinstance(n_params, int) else
                    f"{n_params / 1e6:.1f} M" if n_params >= 1e5 else f"{n_params:,}")
-    cols[5].metric("Vocabulary", f"{cfg.vocab_size:,}", help="joint SentencePiece BPE pieces, shared embeddings")
+    cols[5].metric("Vocabulary", f"{cfg.vocab_size:,}", help=(
+        "one vocabulary of the source and the target SentencePiece models (Marian's), shared embeddings"
+        if origin_of(meta).startswith("imported: ") else "joint SentencePiece BPE pieces, shared embeddings"))
     facts = [f"**Direction:** {ui.DIRECTION_LABELS[ctx.direction]}",
              f"**P_drop:** {cfg.dropout}", f"**Max length:** {cfg.max_len} pieces",
              f"**Layer order:** {'pre-LN (a departure from the paper, see the model card)' if cfg.norm_first else 'post-LN (as in the paper)'}"]

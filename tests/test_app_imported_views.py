@@ -180,3 +180,18 @@ def test_masking_shows_an_unchanged_probability_as_no_change(folder):
     assert not at.exception, at.exception
     (m,) = [m.proto for m in at.metric if m.label == "mean p(next reference token)"]
     assert m.delta == "0.000 vs masked" and m.color == m.GRAY and m.direction == m.NONE
+
+
+def test_overview_vocabulary_help_fits_the_model(folder):
+    """An imported Marian model has two SentencePiece models (source, target) over one vocabulary, not one joint
+    BPE model as the models trained here."""
+    from app_pages import open_page
+
+    def vocab_help(query=None):
+        at = open_page("pages/0_Overview.py", query)
+        (m,) = [m for m in at.metric if m.label == "Vocabulary"]
+        return m.proto.help
+
+    assert "source and the target SentencePiece models" in vocab_help({"model": "opus-mt-en-de"})
+    assert "joint" not in vocab_help({"model": "opus-mt-en-de"})
+    assert vocab_help() == "joint SentencePiece BPE pieces, shared embeddings"
