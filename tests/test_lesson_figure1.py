@@ -162,3 +162,17 @@ def test_next_to_the_beam_search_step_opens_the_tree_and_it_stays_open(checkpoin
     at.button(key="lesson_back").click().run()  # a step opens its section, never closes one the student has open
     assert at.number_input(key="step").value == lesson.TREE_STEP - 1 and "beam_tree" in charts(at)
     assert not at.exception
+
+
+def test_ffn_step_names_a_non_relu_activation_and_counts_its_negatives(tiny_spm):
+    """An imported Opus-MT model's FFN uses swish, which sets no unit to exactly zero: the step says so and counts the
+    units that come out negative instead of claiming that a ReLU zeroes 0% of them."""
+    tok = Tokenizer.load(tiny_spm)
+    tr = Translator(perturbed_tiny_model(8, vocab_size=tok.vocab_size, max_len=24, activation="swish"), tok)
+    lens = tr.logit_lens(TEXT, k=3, output_ids=tr.translate(TEXT, beam_size=2).output_ids)
+    step = lesson.lesson_step(5, lens.trace, lens, tr.cfg)
+    hidden = lens.trace.encoder.layers[0].sublayer("ffn").hidden[0]
+    assert (hidden == 0).float().mean().item() == 0.0  # swish: nothing is exactly zero
+    assert "ReLU sets" not in step.markdown and "swish" in step.markdown
+    assert lesson.pct((hidden < 0).float().mean().item()) in step.markdown
+    assert step.numbers["negative"] == pytest.approx((hidden < 0).float().mean().item())

@@ -122,9 +122,17 @@ def _enc_ffn(trace, lens, cfg) -> tuple[str, dict]:
     s = _sub(trace, "enc", 1, "ffn")
     zeros = (_np(s.hidden) == 0).mean(-1)
     n = {"d_ff": int(s.hidden.shape[-1]), "zeros": float(zeros.mean()), "change": _residual(s)}
+    change = f"the residual stream changes by **{pct(n['change'])}** of its length in this sub-layer."
+    act = getattr(cfg, "activation", "relu")
+    if act != "relu":  # an imported Opus-MT model uses swish: nothing is set to exactly zero, negatives leak through
+        n["negative"] = float((_np(s.hidden) < 0).mean(-1).mean())
+        return (f"Eq. 2 with this model's {act} in place of the paper's ReLU, FFN(x) = {act}(xW₁ + b₁)W₂ + b₂, runs "
+                f"on each position separately through **{n['d_ff']}** hidden units. On your sentence "
+                f"**{pct(n['negative'])}** of them come out negative ({act} lets a little through below zero where "
+                f"ReLU gives exactly zero); {change}"), n
     return (f"Eq. 2, FFN(x) = max(0, xW₁ + b₁)W₂ + b₂, runs on each position separately through "
-            f"**{n['d_ff']}** hidden units. On your sentence the ReLU sets **{pct(n['zeros'])}** of them to exactly zero; the "
-            f"residual stream changes by **{pct(n['change'])}** of its length in this sub-layer."), n
+            f"**{n['d_ff']}** hidden units. On your sentence the ReLU sets **{pct(n['zeros'])}** of them to exactly zero; "
+            f"{change}"), n
 
 
 def _layernorm(trace, lens, cfg) -> tuple[str, dict]:
