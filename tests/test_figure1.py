@@ -214,3 +214,16 @@ def test_tree_labels_fit_one_step_and_keep_the_whole_piece_in_the_hover(tr):
             assert len(label) * f1.TREE_CHAR_PX <= max(room, 3 * f1.TREE_CHAR_PX)
             assert hover.startswith(long + "<br>")
     assert f1.tree_label("▁Zeit", 8) == "▁Zeit"  # a short piece is left whole
+
+
+def test_ffn_block_of_a_swish_model_counts_negative_units(tiny_spm):
+    """Swish (an imported Opus-MT model's FFN) sets no hidden unit to exactly zero: the block's bar chart counts the
+    negative units instead of an all-zero "zero units" series."""
+    tok = Tokenizer.load(tiny_spm)
+    tr = Translator(perturbed_tiny_model(3, vocab_size=tok.vocab_size, max_len=24, activation="swish"), tok)
+    trace = tr.trace(TEXT, "Ich habe keine Zeit.")
+    view = f1.block_view(trace, "enc.1.ffn", trace.meta["src_tokens"])
+    hidden = trace.encoder.layers[0].sublayer("ffn").hidden[0].numpy()
+    assert "FFN zero units (fraction)" not in view.metrics and (hidden == 0).mean() == 0
+    np.testing.assert_allclose(view.metrics["FFN negative units (fraction)"], (hidden < 0).mean(-1))
+    assert 0 < view.metrics["FFN negative units (fraction)"].mean() < 1

@@ -103,7 +103,11 @@ def block_view(trace, key: str, tokens: Sequence[str], *, pieces=None, k: int = 
                "LayerNorm mean before": n_in.mean(-1), "LayerNorm var before": n_in.var(-1),
                "LayerNorm mean after": n_out.mean(-1), "LayerNorm var after": n_out.var(-1)}
     if s.hidden is not None:
-        metrics["FFN zero units (fraction)"] = (_np(s.hidden) == 0).mean(-1)  # ReLU sparsity (Eq. 2)
+        hidden = _np(s.hidden)
+        if (hidden < 0).any():  # not ReLU (an imported Opus-MT model's swish): no unit is exactly zero, some are < 0
+            metrics["FFN negative units (fraction)"] = (hidden < 0).mean(-1)
+        else:
+            metrics["FFN zero units (fraction)"] = (hidden == 0).mean(-1)  # ReLU sparsity (Eq. 2)
     metrics["cos(output, input embedding)"] = _cos(out, emb)
     shape = f"{n} × d_model (h heads of d_k)" if sub != "ffn" else f"{n} × d_model (hidden {n} × d_ff)"
     return BlockView(f"{_SIDE[side]} layer {layer_s}: {_SUBLAYER_TITLES[sub]} + add & norm", shape, list(tokens), out,
