@@ -216,8 +216,9 @@ def view(result) -> None:
     if tab_step.open is not True:  # the step tab shows decoder and cross maps whatever the kind: it says so itself
         st.caption(f"{KIND_TITLES[kind].capitalize()}: {KIND_READS[kind]} Each row sums to 1. "
                    + ("Decoder rows are labelled *decoder input → output*: the piece fed to the decoder at that "
-                      "position (BOS-shifted) and the piece the model predicted there (with *Merge into words*: the "
-                      "word fed and the pieces predicted at its positions)." if kind != "encoder" else ""))
+                      "position (the output shifted right behind the start piece) and the piece the model predicted "
+                      "there (with *Merge into words*: the word fed and the pieces predicted at its positions)."
+                      if kind != "encoder" else ""))
     st.markdown("##### Download the maps")
     st.caption(f"All layers and heads of the {KIND_TITLES[kind]} for this sentence (long format; layer and head "
                "columns count from 0).")

@@ -195,3 +195,18 @@ def test_overview_vocabulary_help_fits_the_model(folder):
     assert "source and the target SentencePiece models" in vocab_help({"model": "opus-mt-en-de"})
     assert "joint" not in vocab_help({"model": "opus-mt-en-de"})
     assert vocab_help() == "joint SentencePiece BPE pieces, shared embeddings"
+
+
+def test_explorer_says_shifted_right_not_bos_for_a_model_that_starts_from_pad(folder):
+    """Opus-MT's decoder starts from <pad>, not <s>: the decoder map's key axis and the caption use the paper's
+    "shifted right" (Section 3.1), which holds for every start piece."""
+    from app_pages import charts, open_page
+
+    at = open_page("pages/2_Attention_Explorer.py", {"model": "opus-mt-en-de", "kind": "decoder",
+                                                     "text": "The cat sat on the mat."})
+    assert not at.exception, at.exception
+    spec = charts(at)["head_view"]
+    assert spec["data"][0]["x"][0].startswith("0:&lt;pad&gt;")
+    assert spec["layout"]["xaxis"]["title"]["text"] == "key (decoder input, shifted right)"
+    captions = " ".join(c.value for c in at.caption)
+    assert "BOS" not in captions and "shifted right behind the start piece" in captions

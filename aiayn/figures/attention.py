@@ -18,10 +18,11 @@ from ..analysis import unique_labels
 from .theme import use_template
 
 #: axis titles per kind: (query axis, key axis). Decoder queries are labelled ``"i:decoder input→output"``
-#: (:func:`aiayn.analysis.query_labels`): the piece fed at position i (BOS-shifted) and the piece predicted.
+#: (:func:`aiayn.analysis.query_labels`): the piece fed at position i (the output shifted right, Section 3.1, behind the
+#: model's start piece: <s>, or <pad> for an imported Opus-MT model) and the piece predicted.
 AXIS_TITLES = {
     "encoder": ("query (source)", "key (source)"),
-    "decoder": ("query (decoder input → output)", "key (decoder input, BOS-shifted)"),
+    "decoder": ("query (decoder input → output)", "key (decoder input, shifted right)"),
     "cross": ("query (decoder input → output)", "key (source)"),
 }
 
