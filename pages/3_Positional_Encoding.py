@@ -76,7 +76,7 @@ except lessons.LessonInputError as exc:
 # -- 1. the table -------------------------------------------------------------------------------------------
 st.header("1 · The PE matrix")
 pe = pe_table(length, d_model, layout)
-ui.show_figure(labs.pe_heatmap(pe, colorscale="RdBu", presenter=ctx.presenter,
+ui.show_figure(labs.pe_heatmap(pe, colorscale="RdBu", presenter=ctx.presenter, layout=layout,
                                title=f"PE ({layout}): {length} positions × d_model = {d_model}"),
                key="pe_heatmap", filename=f"pe_{layout}_{length}x{d_model}")
 ui.download_buttons(lambda: pd.DataFrame(pe, columns=[f"dim{j}" for j in range(d_model)]).rename_axis("position").reset_index(),

@@ -100,6 +100,7 @@ def test_positional_encoding_defaults_to_the_layout_the_loaded_model_adds(folder
     assert not at.exception, at.exception
     assert at.selectbox(key="layout").value == "concatenated"
     assert charts(at)["pe_heatmap"]["layout"]["title"]["text"].startswith("PE (concatenated)")
+    assert charts(at)["pe_heatmap"]["layout"]["xaxis"]["title"]["text"].startswith("dimension (first half: sin")
     assert any("the loaded model uses the concatenated one" in m.value for m in at.markdown)
     assert not any("aiayn uses the paper's" in m.value for m in at.markdown)
     at = open_page("pages/3_Positional_Encoding.py")  # the shipped tiny model adds the paper's interleaved table

@@ -21,7 +21,17 @@ def test_pe_heatmap_holds_the_table_and_strides_big_ones():
     z = np.asarray(fig.data[0].z)
     assert z.size <= labs.MAX_CELLS
     s = int(fig.data[0].y[1] - fig.data[0].y[0])
-    assert np.array_equal(z, big[::s]) and f"every {s}th position" in fig.layout.title.text
+    assert np.array_equal(z, big[::s]) and f"one position in {s} shown" in fig.layout.title.text
+    assert fig.layout.xaxis.title.text == "dimension (even: sin, odd: cos)"
+
+
+def test_pe_heatmap_names_the_dimensions_of_each_layout():
+    """Marian's (an imported Opus-MT model's) concatenated table holds all sines first: its axis says so, not the
+    paper's even/odd split; the stride reads without a made-up ordinal ("2th")."""
+    pe = lessons.pe_matrix(512, 512, "concatenated")
+    fig = labs.pe_heatmap(pe, layout="concatenated")
+    assert fig.layout.xaxis.title.text == "dimension (first half: sin, second half: cos)"
+    assert "one position in 2 shown" in fig.layout.title.text and "2th" not in fig.layout.title.text
 
 
 def test_pe_curves_and_wavelength_figures():

@@ -52,19 +52,26 @@ def _stride(n_rows: int, n_cols: int, max_cells: int = MAX_CELLS) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- PE
-def pe_heatmap(pe: np.ndarray, *, colorscale: str = "RdBu", presenter: bool = False, title: str | None = None) -> go.Figure:
-    """The PE table as a heatmap: positions (rows, y) x dimensions (columns, x), values in [-1, 1].
+#: what the dimension axis holds in each layout of the sinusoids (:func:`aiayn.lessons.pe_matrix`)
+PE_DIMENSIONS = {"interleaved": "dimension (even: sin, odd: cos)",
+                 "concatenated": "dimension (first half: sin, second half: cos)"}
 
-    Tables of more than ``MAX_CELLS`` cells show every s-th position (said in the title)."""
+
+def pe_heatmap(pe: np.ndarray, *, colorscale: str = "RdBu", presenter: bool = False, title: str | None = None,
+               layout: str = "interleaved") -> go.Figure:
+    """The PE table as a heatmap: positions (rows, y) x dimensions (columns, x), values in [-1, 1]; ``layout``
+    (``"interleaved"``, the paper's, or ``"concatenated"``, Marian's and tensor2tensor's) names the dimension axis.
+
+    Tables of more than ``MAX_CELLS`` cells show one position in s (said in the title)."""
     n, d = pe.shape
     s = _stride(n, d)
     rows = np.arange(0, n, s)
     t = title or f"PE matrix: {n} positions × d_model = {d}"
     if s > 1:
-        t += f" (every {s}th position shown)"
+        t += f" (one position in {s} shown)"
     fig = go.Figure(go.Heatmap(z=pe[rows], x=np.arange(d), y=rows, zmin=-1, zmax=1, colorscale=colorscale,
                                colorbar=dict(title="PE"), hovertemplate="pos %{y}<br>dim %{x}<br>PE %{z:.4f}<extra></extra>"))
-    fig.update_xaxes(title="dimension (even: sin, odd: cos)")
+    fig.update_xaxes(title=PE_DIMENSIONS[layout])
     fig.update_yaxes(title="position", autorange="reversed")
     return _style(fig, presenter, t, 480)
 
