@@ -272,7 +272,8 @@ def cached_head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, che
                       run: RunHook | None = None) -> "pd.DataFrame":
     """:func:`head_sweep` over all kinds, read from ``<checkpoint>/head_sweep.json`` when fresh
     (:func:`load_sweep`), else computed and (with ``write``) saved there atomically; a read-only checkpoint
-    directory is not an error (the result is returned unsaved). ``checkpoint`` defaults to ``tr.path``;
+    directory is not an error (the result is returned unsaved, with why in ``df.attrs["not_stored"]``). ``checkpoint``
+    defaults to ``tr.path``;
     ``progress``, ``should_stop`` and ``run`` as :func:`head_sweep` (a cancelled sweep writes nothing).
 
     Raises:
@@ -298,8 +299,8 @@ def cached_head_sweep(tr: "Translator", pairs: Sequence[tuple[str, str]], *, che
                                 projection=projection)
         try:
             atomic_write_text(sweep_path(ckpt, projection), json.dumps(payload, indent=1) + "\n")
-        except OSError:
-            pass  # a read-only checkpoint: the caller still gets the result
+        except OSError as exc:  # a read-only checkpoint: the caller still gets the result, and is told
+            df.attrs["not_stored"] = f"{type(exc).__name__}: {exc.strerror or exc}"
     return df
 
 

@@ -111,3 +111,32 @@ def test_cancel_stops_the_sweep_for_everyone_and_stores_nothing(own_checkpoints,
     assert not at.exception, at.exception
     assert "Run the sweep" in _labels(at) and not at.get("progress")
     assert any("cancelled" in w.value for w in at.warning)
+
+
+def test_a_sweep_that_cannot_be_stored_is_still_shown_and_says_so(own_checkpoints, gate, monkeypatch):
+    """A checkpoint folder the server cannot write (a read-only install): the finished sweep is shown from the job,
+    with a warning that it was not stored and why, instead of the notice's promise that it is."""
+    import aiayn.files
+    from aiayn.sweep import load_sweep
+
+    real = aiayn.files.atomic_write_text
+
+    def refuse(path, text):
+        if "head_sweep" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(aiayn.files, "atomic_write_text", refuse)
+    at = open_page(PAGE)
+    at.button(key="ab_sweep_run").click().run()
+    job = _job(own_checkpoints)
+    gate.set()
+    assert job.wait(120) and job.status().state == "done", job.status()
+    from aiayn.examples import sentence_pairs
+
+    assert load_sweep(own_checkpoints / "en-de", sentence_pairs("en-de")) is None  # nothing written
+    at.run()
+    assert not at.exception, at.exception
+    assert len(charts(at)["ab_sweep"]["data"]) == 3  # the job's result is shown
+    warned = [w.value for w in at.warning if "could not be stored" in w.value]
+    assert len(warned) == 1 and "Permission denied" in warned[0] and "until it restarts" in warned[0]

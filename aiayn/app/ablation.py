@@ -247,13 +247,19 @@ def _sweep_job_view(ctx, path, pairs: list[tuple[str, str]], beam_size: int):
     job = sweep_jobs().get(key)
     status = None if job is None else job.status()
     if status is not None and status.state == DONE:
-        return job.result()  # also written beside the checkpoint, unless its directory is read-only
+        df = job.result()  # also written beside the checkpoint, unless its directory is read-only
+        if df is not None and df.attrs.get("not_stored"):
+            st.warning(f"This sweep could not be stored beside the checkpoint ({path.name}: "
+                       f"{df.attrs['not_stored']}): this server keeps it until it restarts. Run `aiayn sweep "
+                       "--checkpoint DIR` where the folder is writable to keep one.", icon=":material/warning:")
+        return df
     if status is None or status.state != RUNNING:
         runs = 2 * (3 * ctx.translator.cfg.n_layers * ctx.translator.cfg.n_heads + 1)
         stored = sweep_path(path, ctx.translator.projection.precision).name
         st.info(f"No up-to-date sweep is stored beside this checkpoint ({path.name}/{stored}). Computing it "
                 f"runs the model {runs} times on the {len(pairs)} curated sentences, in the server's background: "
-                "every visitor's translations go first, every visitor sees its progress, and it is stored when done.")
+                "every visitor's translations go first, every visitor sees its progress, and it is stored beside the "
+                "checkpoint when done (or kept by this server, if the folder is read-only).")
         if status is not None and status.state == CANCELLED:
             st.warning("The last sweep was cancelled; nothing was stored.", icon=":material/stop:")
         elif status is not None and status.state == FAILED:
