@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -89,3 +90,18 @@ def write_marian(directory: Path, pairs, *, seed: int = 0, **config_overrides) -
         model.final_logits_bias[0, 0] += 4.5  # </s> likely but not certain: some outputs end early
     model.save_pretrained(str(d))
     return d
+
+
+def served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch):
+    """A teacher's checkpoints folder (both tiny shipped models and the imported ``opus-mt-en-de``) served to the
+    app (``AIAYN_CHECKPOINTS``), Streamlit's caches cleared; returns the folder."""
+    import streamlit as st
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    shutil.copytree(imported, root / "opus-mt-en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    return root

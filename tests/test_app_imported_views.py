@@ -3,13 +3,12 @@ the tiny shipped models (AppTest): what a page says must fit the model that is s
 because the imported model lacks a file that only a model trained and scored here has."""
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
 pytest.importorskip("transformers")  # the imported model is built from a tiny MarianMTModel (tests/marian_fixture.py)
 
-from marian_fixture import write_marian  # noqa: E402
+from marian_fixture import served_teachers_folder, write_marian  # noqa: E402
 
 from aiayn.import_marian import cli_main  # noqa: E402
 
@@ -29,14 +28,7 @@ def folder(imported, tiny_checkpoints, tmp_path, monkeypatch):
     """The teacher's checkpoints folder: both tiny shipped models and the imported ``opus-mt-en-de``."""
     import streamlit as st
 
-    root = tmp_path / "checkpoints"
-    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
-    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
-    shutil.copytree(imported, root / "opus-mt-en-de")
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield root
+    yield served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch)
     st.cache_data.clear()
     st.cache_resource.clear()
 
@@ -147,13 +139,7 @@ def test_rollout_in_presenter_mode_puts_six_layers_two_to_a_row(imported_n6, tin
     import streamlit as st
     from app_pages import charts, open_page
 
-    root = tmp_path / "checkpoints"
-    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
-    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
-    shutil.copytree(imported_n6, root / "opus-mt-en-de")
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    served_teachers_folder(imported_n6, tiny_checkpoints, tmp_path, monkeypatch)
 
     def panel_columns(query):
         at = open_page("pages/8_Attention_Rollout.py", query)

@@ -16,7 +16,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from marian_fixture import write_marian  # noqa: E402
+from marian_fixture import served_teachers_folder, write_marian  # noqa: E402
 
 from aiayn.import_marian import cli_main  # noqa: E402
 
@@ -373,28 +373,13 @@ def test_sweep_after_import_runs_on_the_written_checkpoint(marian_source, tmp_pa
     assert "head sweep: unknown direction 'fr-en'" in captured.err
 
 
-def _served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch):
-    """A teacher's checkpoints folder (both tiny shipped models and the imported ``opus-mt-en-de``) served to the
-    app (``AIAYN_CHECKPOINTS``), Streamlit's caches cleared; returns the folder."""
-    import streamlit as st
-
-    root = tmp_path / "checkpoints"
-    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
-    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
-    shutil.copytree(imported, root / "opus-mt-en-de")
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    return root
-
-
 def test_the_sidebar_picker_serves_the_imported_model(imported, tiny_checkpoints, tmp_path, monkeypatch):
     import streamlit as st
     from app_pages import charts, open_page
 
     from aiayn import Translator
 
-    root = _served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch)
+    root = served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch)
     text = "The cat sat on the mat."
     shown = {}
     for model in ("opus-mt-en-de", None):
@@ -420,7 +405,7 @@ def test_a_class_page_announces_its_sentence_for_the_model_it_will_be_served(imp
 
     from aiayn.app import frame, models
 
-    root = _served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch)
+    root = served_teachers_folder(imported, tiny_checkpoints, tmp_path, monkeypatch)
     said: list = []
     real = frame.announce_sentence
     monkeypatch.setattr(frame, "announce_sentence", lambda *a: (said.append(a), real(*a)))
