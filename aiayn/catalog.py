@@ -11,7 +11,8 @@ from typing import Any
 
 from .checkpoint_format import WEIGHTS_FILE, check_files, read_config
 
-__all__ = ["CatalogEntry", "SHIPPED", "count_parameters", "list_checkpoints", "models_for", "origin_of", "resolve_checkpoint"]
+__all__ = ["CatalogEntry", "SHIPPED", "count_parameters", "imported_from", "imported_source", "list_checkpoints",
+           "models_for", "origin_of", "resolve_checkpoint"]
 
 #: the shipped checkpoints' directory names, the default models, listed first in this order
 SHIPPED = ("en-de", "de-en")
@@ -63,6 +64,22 @@ def origin_of(meta: dict[str, Any]) -> str:
         source = (meta.get("imported") or {}).get("from") or "elsewhere"
         return f"imported: {source}"
     return "trained here"
+
+
+def imported_source(meta: dict[str, Any]) -> str | None:
+    """Where an imported checkpoint comes from (``"Opus-MT"``, :func:`origin_of`), or None for a model trained here."""
+    origin = origin_of(meta)
+    return origin.split(": ", 1)[1] if origin.startswith("imported: ") else None
+
+
+def imported_from(checkpoint: str | Path) -> str | None:
+    """:func:`imported_source` of a checkpoint directory, read from its ``config.json`` alone (no torch); None for a
+    model trained here or an unreadable config."""
+    try:
+        meta = read_config(checkpoint).get("meta") or {}
+    except (FileNotFoundError, ValueError):
+        return None
+    return imported_source(meta)
 
 
 def _entry(d: Path) -> CatalogEntry | None:

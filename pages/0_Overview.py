@@ -11,8 +11,7 @@ import streamlit as st
 
 from aiayn import app as ui
 from aiayn.app.state import link_params
-from aiayn.catalog import origin_of
-from aiayn.checkpoint_format import read_config
+from aiayn.catalog import imported_from, imported_source
 from aiayn.evaluation.modelcard import quality_verdict
 from aiayn.lineage import lineage_markdown
 
@@ -81,13 +80,9 @@ def score_line(meta: dict) -> str | None:
 
 def about_model(checkpoint: Path) -> str:
     """What the intro says the app runs: the shipped model's training data, or the imported model the sidebar chose
-    (its name and origin, from ``config.json`` alone: :func:`aiayn.catalog.origin_of`; no torch)."""
-    try:
-        origin = origin_of(read_config(checkpoint).get("meta") or {})
-    except (FileNotFoundError, ValueError):
-        origin = "trained here"
-    if origin.startswith("imported: "):
-        source = origin.split(": ", 1)[1]
+    (its name and origin, from ``config.json`` alone: :func:`aiayn.catalog.imported_from`; no torch)."""
+    source = imported_from(checkpoint)
+    if source:
         return (f"This app runs **{checkpoint.name}**, a Transformer imported from {source} (trained elsewhere and "
                 "converted with `aiayn import-marian`),")
     return ("This app runs a real, small Transformer trained on German–English dictionary pairs and on sentences "
@@ -115,7 +110,7 @@ def model_card_brief(ctx: ui.PageContext) -> None:
                    f"{n_params / 1e6:.1f} M" if n_params >= 1e5 else f"{n_params:,}")
     cols[5].metric("Vocabulary", f"{cfg.vocab_size:,}", help=(
         "one vocabulary of the source and the target SentencePiece models (Marian's), shared embeddings"
-        if origin_of(meta).startswith("imported: ") else "joint SentencePiece BPE pieces, shared embeddings"))
+        if imported_source(meta) else "joint SentencePiece BPE pieces, shared embeddings"))
     facts = [f"**Direction:** {ui.DIRECTION_LABELS[ctx.direction]}",
              f"**P_drop:** {cfg.dropout}", f"**Max length:** {cfg.max_len} pieces",
              f"**Layer order:** {'pre-LN (a departure from the paper, see the model card)' if cfg.norm_first else 'post-LN (as in the paper)'}"]

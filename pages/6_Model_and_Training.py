@@ -15,7 +15,7 @@ from aiayn import app as ui
 from aiayn.model.config import TransformerConfig
 from aiayn.figures import labs
 from aiayn.evaluation.modelcard import config_change_notes
-from aiayn.app.history import imported_from
+from aiayn.catalog import imported_from
 from aiayn.lineage import lifetime, lineage_markdown
 from aiayn.training.recipe import noam_lr
 

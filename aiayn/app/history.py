@@ -15,8 +15,7 @@ import numpy as np
 import streamlit as st
 
 from ..analysis import entropy, pieces_view
-from ..catalog import origin_of
-from ..checkpoint_format import read_config
+from ..catalog import imported_from
 from ..figures.attention import AXIS_TITLES, attention_heatmap
 from ..figures.history import history_curve, history_strip, trend_words
 from ..lineage import lifetime
@@ -35,17 +34,6 @@ HOW_TO = ("To get one, train a model with `aiayn train` (recording is on by defa
 #: what the tab says for a model imported by ``aiayn import-marian`` (trained elsewhere)
 IMPORTED_NOTICE = ("This model was imported ({source}), trained elsewhere: its training was not recorded here, so "
                    "it has no attention history to show. The other tabs show the finished model.")
-
-
-def imported_from(checkpoint: str | Path) -> str | None:
-    """Where an imported checkpoint comes from (``"Opus-MT"``, from ``config.json``'s meta: :func:`aiayn.catalog.origin_of`),
-    or None for a model trained here or an unreadable config."""
-    try:
-        meta = read_config(checkpoint).get("meta") or {}
-    except (FileNotFoundError, ValueError):
-        return None
-    origin = origin_of(meta)
-    return origin.split(": ", 1)[1] if origin.startswith("imported: ") else None
 
 
 #: most small maps in the strip of steps
