@@ -275,3 +275,35 @@ def test_kind_weights_pass_through_and_a_folder_without_kinds_is_refused(world, 
     cmd = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("$ "))
     assert "--kind-weights default" in cmd and f"--data {tmp_path / 'data-shipspm'}" in cmd
     assert (tmp_path / "data-shipspm" / "train_kinds.txt").resolve() == (data / "train_kinds.txt").resolve()
+
+
+def test_a_named_recipe_goes_on_with_the_shipped_models_data_mix(world, tmp_path, monkeypatch, capsys):
+    """A warm start with a named recipe (which sets no mix) trains on the mix the shipped weights last saw (its
+    meta's train_config.kind_weights), not on every pair once; --kind-weights still overrides it; a folder that
+    cannot give the inherited mix is refused in one line that names the way out."""
+    from test_train_pipeline import write_kinds
+
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    shipped = tmp_path / "shipped"
+    shutil.copytree(world["shipped"], shipped)
+    cfg = json.loads((shipped / "config.json").read_text())
+    cfg.setdefault("meta", {}).setdefault("train_config", {})["kind_weights"] = "ding=1,everyday=6"
+    (shipped / "config.json").write_text(json.dumps(cfg))
+    data = tmp_path / "data"
+    shutil.copytree(world["data"], data)
+    base = ["--direction", "en-de", "--until", "23:59", "--run", str(tmp_path / "run"), "--shipped", str(shipped),
+            "--out", str(tmp_path / "out"), "--no-nice", "--threads", "1", "--recipe", "tiny", "--dry-run",
+            "--data", str(data)]
+
+    def command(*extra: str) -> str:
+        assert continuous.cli_main(base + list(extra)) == 0
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("$ "))
+
+    assert continuous.cli_main(base) == 2
+    err = capsys.readouterr().err
+    assert "ding=1,everyday=6" in err and "train_kinds.txt" in err and "--kind-weights none" in err
+    assert "--kind-weights" not in command("--kind-weights", "none").replace("--kind-weights none", "")
+    write_kinds(data)
+    assert "--kind-weights ding=1,everyday=6" in command()
+    assert "--kind-weights default" in command("--kind-weights", "default")
+    assert continuous.recipe_flags("tiny", {}, {})[1] == continuous.recipe_flags("tiny", {"train_config": {"kind_weights": "none"}}, {})[1]

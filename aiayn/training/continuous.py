@@ -165,6 +165,13 @@ def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
     return out
 
 
+def shipped_mix(shipped_meta: dict[str, Any]) -> str | None:
+    """The data mix (``kind_weights``, :func:`aiayn.training.loader.parse_kind_weights`) the shipped checkpoint was
+    last trained on, from its meta's ``train_config``; None when it has none or trained on every pair once."""
+    spec = (shipped_meta.get("train_config") or {}).get("kind_weights")
+    return None if spec in (None, "", "none") else str(spec)
+
+
 def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, Any]) -> tuple[str, list[str]]:
     """``(recipe name used, aiayn train flags)`` of a warm start: the ``"shipped"`` recipe is the training
     configuration stored in the shipped checkpoint's meta (its fields that ``aiayn train`` has a flag for, less
@@ -187,6 +194,12 @@ def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, A
         train = dict(RECIPES[name])
     else:
         raise BadInput(f"unknown recipe {name!r}; choose shipped, {', '.join(RECIPES)}")
+    # The data mix is part of what the shipped weights learnt, not of the machine: a named recipe that does not
+    # set one goes on with the shipped model's mix (a recipe's own default, every pair once, moved session 16's
+    # cooldown toward Ding's phrases and away from the everyday sentences the shipped mix weighted x6).
+    inherited = shipped_mix(shipped_meta)
+    if "kind_weights" not in train and inherited is not None:
+        train["kind_weights"] = inherited
     train.update(overrides)
     try:
         return name, train_flags(train)
@@ -249,6 +262,11 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
                        f"({given or 'none named'}): give --data DIR (e.g. `aiayn data debian`'s output)")
     data = data_with_shipped_spm(Path(given).expanduser(), shipped)
     _check_mix(data, extra)
+    inherited = shipped_mix(shipped_meta)
+    if "kind_weights" not in extra and inherited is not None and not (data / "train_kinds.txt").is_file():
+        raise BadInput(f"the shipped model was trained on the data mix {inherited}, which {data} cannot give (it has "
+                       f"no train_kinds.txt, from `aiayn data debian`): give such a folder, or --kind-weights none "
+                       f"to train on every pair once")
     recipe, flags = recipe_flags(args.recipe, shipped_meta, extra)
     preset, sets = model_set_flags(shipped)
     cmd = base + ["--data", str(data), "--direction", args.direction, "--init-from", str(shipped), "--preset", preset,
@@ -405,7 +423,8 @@ def _parser() -> argparse.ArgumentParser:
                     "(aiayn train flags, e.g. lr_scale=0.1 max_steps=5000)")
     ap.add_argument("--kind-weights", default=None, metavar="SPEC",
                     help="data mix by kind (aiayn train --kind-weights: none, default or kind=weight,...; needs the data "
-                         "folder's train_kinds.txt); default: a resumed run keeps its own, a warm start the recipe's (none)")
+                         "folder's train_kinds.txt); default: a resumed run keeps its own, a warm start the shipped model's "
+                         "(its meta's train_config.kind_weights; none when it has none)")
     ap.add_argument("--last", type=int, default=5, help="states averaged into the candidate (Section 6.1: 5)")
     ap.add_argument("--threads", type=int, default=0,
                     help="CPU threads for training and evaluation (0, the default: aiayn train decides from the load)")
