@@ -356,6 +356,13 @@ def test_model_picker_offers_every_model_of_the_direction(imported, tiny_checkpo
     assert at.markdown[0].value == "served: opus-mt-en-de (opus-mt-en-de)"
     at.radio(key="direction").set_value("de-en").run()
     assert [r.key for r in at.radio] == ["direction"] and at.markdown[0].value == "served: de-en (de-en)"
+    # the choice made for en-de is not silently kept or dropped: the sidebar says which model serves de-en now
+    assert "`opus-mt-en-de` translates en-de; de-en is served by its shipped model" in at.caption[0].value
+    at.radio(key="direction").set_value("en-de").run()  # ... and, as the caption promises, switching back brings it back
+    assert at.markdown[0].value == "served: opus-mt-en-de (opus-mt-en-de)" and not at.caption
+    mixed = run(direction="de-en", model="opus-mt-en-de")  # a link that names a model of the other direction
+    assert not mixed.warning and mixed.markdown[0].value == "served: de-en (de-en)"
+    assert "`opus-mt-en-de` translates en-de" in mixed.caption[0].value
     linked = run(model="opus-mt-en-de")  # a link (the choice is in the URL) opens the model
     assert linked.markdown[0].value == "served: opus-mt-en-de (opus-mt-en-de)"
     assert linked.query_params["model"] == "opus-mt-en-de"

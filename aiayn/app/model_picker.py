@@ -39,17 +39,35 @@ def model_picker(direction: str) -> str:
     Returns:
         the chosen checkpoint's directory name (``direction`` itself for the shipped model).
     """
-    entries = models_for(list_checkpoints(_root()), direction)
+    catalog = list_checkpoints(_root())
+    entries = models_for(catalog, direction)
     names = [e.name for e in entries]
+    other = _other_direction(catalog, direction, names)
+    if other is not None:
+        # a model chosen for the other direction (the direction was switched after it): say which model serves
+        # now rather than "ignored", since switching back brings it back
+        st.caption(f"`{other.name}` translates {other.direction}; {direction} is served by "
+                   f"{'the model chosen below' if len(names) > 1 else 'its shipped model'}. Switch the direction "
+                   f"back to {other.direction} to see `{other.name}` again.")
     if len(names) <= 1:
         return direction
-    warn_bad_param(MODEL_KEY, names, f"the {direction} models here are {', '.join(names)}")
+    if other is None:
+        warn_bad_param(MODEL_KEY, names, f"the {direction} models here are {', '.join(names)}")
     # options are the bare names (a bound widget writes its option's text into the URL); the details are captions
     choice = st.radio("Model", names, index=0, captions=[caption(e) for e in entries], key=MODEL_KEY,
                       bind="query-params",
                       help="Every checkpoint of this direction in the checkpoints folder: its size and whether it "
                            "was trained here or imported (`aiayn import-marian`). Kept in the URL.")
     return choice if choice in names else direction
+
+
+def _other_direction(catalog: list[CatalogEntry], direction: str, names: list[str]) -> CatalogEntry | None:
+    """The catalog entry the session's or the URL's ``?model=`` names when it is a model of another direction than
+    ``direction`` (so not one of ``names``), else None."""
+    model = st.session_state.get(MODEL_KEY) or st.query_params.get(MODEL_KEY)
+    if not isinstance(model, str) or model in names:
+        return None
+    return next((e for e in catalog if e.name == model and e.direction and e.direction != direction), None)
 
 
 def caption(entry: CatalogEntry) -> str:
