@@ -184,6 +184,25 @@ def test_data_with_another_vocabulary_gets_the_shipped_spm(world, tmp_path):
         data_with_shipped_spm(tmp_path, world["shipped"])
 
 
+def test_two_warm_starts_at_once_make_the_same_shipspm_folder(world, tmp_path):
+    """Both directions started at once build the same -shipspm folder (session 17: the second one's unlink-then-link
+    met the first one's link and failed): calls racing in threads all succeed and leave whole links, no temporaries."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = tmp_path / "data"
+    shutil.copytree(world["data"], data)
+    (data / "spm.model").write_bytes(b"another vocabulary")
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda _: data_with_shipped_spm(data, world["shipped"]), range(64)))
+    assert set(outs) == {tmp_path / "data-shipspm"}
+    out = outs[0]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f.name for f in data.iterdir() if f.suffix == ".tsv" or f.name in ("datasheet.json", "DATASHEET.md", "train_kinds.txt")]
+        + ["spm.model"])
+    assert all((out / f.name).resolve() == f.resolve() for f in data.glob("*.tsv"))
+    assert (out / "spm.model").read_bytes() == (world["shipped"] / "spm.model").read_bytes()
+
+
 @pytest.mark.parametrize("beats, flag, shipped_changes", [(True, True, True), (True, False, False), (False, True, False)])
 def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, beats, flag, shipped_changes, capsys):
     """The whole command in-process, with training and the candidate build skipped and the scores mocked."""

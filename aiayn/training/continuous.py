@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -155,13 +156,16 @@ def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
         return data
     out = data.parent / f"{data.name}-shipspm"
     out.mkdir(parents=True, exist_ok=True)
+    # each file is made under a name of this call's own and moved into place (os.replace is atomic): both
+    # directions started at once write the same folder (session 17: the second start's unlink-then-link failed)
     for f in data.iterdir():
         if f.is_file() and (f.suffix == ".tsv" or f.name in ("datasheet.json", "DATASHEET.md", "train_kinds.txt")):
-            link = out / f.name
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(f.resolve())
-    (out / "spm.model").write_bytes(ship_spm)
+            tmp = out / f".{f.name}.{uuid.uuid4().hex}"
+            tmp.symlink_to(f.resolve())
+            os.replace(tmp, out / f.name)
+    tmp = out / f".spm.model.{uuid.uuid4().hex}"
+    tmp.write_bytes(ship_spm)
+    os.replace(tmp, out / "spm.model")
     return out
 
 
