@@ -197,14 +197,14 @@ def test_sessions_that_picked_different_models_see_their_own_walk(tiny_checkpoin
 
 def test_tree_labels_fit_one_step_and_keep_the_whole_piece_in_the_hover(tr):
     """A long search of long pieces: each kept node's label is cut with "…" to the room one step leaves
-    (f1.TREE_PLOT_PX over steps + 2, less the marker's gap), the whole piece stays in the hover."""
+    (f1.TREE_PLOT_PX over the steps shown at once + 2, less the marker's gap), the whole piece stays in the hover."""
     import dataclasses
 
     tree = tr.beam_tree(TEXT, beam_size=3)
     long = "▁Entscheidungsfindungsprozess"
     tree = dataclasses.replace(tree, nodes=[dataclasses.replace(n, piece=long) if n.id else n for n in tree.nodes])
     steps = max(n.step for n in tree.nodes)
-    room = f1.TREE_PLOT_PX / (steps + 2) - 2 * f1.TREE_LABEL_PX
+    room = f1.TREE_PLOT_PX / (min(steps, f1.TREE_WINDOW) + 2) - 2 * f1.TREE_LABEL_PX  # the steps shown at once
     fig = f1.beam_tree_figure(tree)
     labelled = [t for t in fig.data if t.mode == "markers+text" and t.name != "root"]
     assert labelled and all(t.textfont.size == f1.TREE_LABEL_PX for t in labelled)
@@ -214,6 +214,29 @@ def test_tree_labels_fit_one_step_and_keep_the_whole_piece_in_the_hover(tr):
             assert len(label) * f1.TREE_CHAR_PX <= max(room, 3 * f1.TREE_CHAR_PX)
             assert hover.startswith(long + "<br>")
     assert f1.tree_label("▁Zeit", 8) == "▁Zeit"  # a short piece is left whole
+
+
+def test_a_long_search_opens_on_a_window_of_steps_with_a_slider_to_pan(tr):
+    """A search longer than f1.TREE_WINDOW steps opens on its first TREE_WINDOW steps, with a range slider over the
+    whole search, and its labels get the room one step of the window leaves (not of the whole search); a short one
+    shows every step and no slider."""
+    import dataclasses
+
+    tree = tr.beam_tree(TEXT, beam_size=3, max_len=6)
+    steps = max(n.step for n in tree.nodes)
+    assert steps <= f1.TREE_WINDOW
+    short = f1.beam_tree_figure(tree)
+    assert not short.layout.xaxis.rangeslider.visible and tuple(short.layout.xaxis.range) == (-0.5, steps + 1.5)
+    # the same tree, stretched to four times as many steps (every node's step x 4)
+    long = dataclasses.replace(tree, nodes=[dataclasses.replace(n, step=4 * n.step) for n in tree.nodes])
+    assert 4 * steps > f1.TREE_WINDOW
+    fig = f1.beam_tree_figure(long)
+    ax = fig.layout.xaxis
+    assert ax.rangeslider.visible and tuple(ax.rangeslider.range) == (-0.5, 4 * steps + 1.5)
+    assert tuple(ax.range) == (-0.5, f1.TREE_WINDOW + 1.5) and f"{4 * steps} in all" in ax.title.text
+    labels = [label for t in fig.data if t.mode == "markers+text" for label in t.text]
+    assert labels == [f1._text(f1.tree_label(n, f1.TREE_WINDOW)) for t in fig.data if t.mode == "markers+text"
+                      for n in [next(x.piece for x in long.nodes if x.id == i) for i in t.customdata]]
 
 
 def test_ffn_block_of_a_swish_model_counts_negative_units(tiny_spm):

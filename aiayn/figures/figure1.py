@@ -180,13 +180,17 @@ def tree_summary(tree) -> str:
 #: width of one of their characters (Source Sans; both widths measured on a screenshot): a label starts about one
 #: font size right of its marker and must end before the next step's marker
 TREE_PLOT_PX, TREE_LABEL_PX, TREE_CHAR_PX = 800, 11, 5.5
+#: the most steps the tree shows at once: a longer search opens on its first TREE_WINDOW steps with a range slider
+#: under the x axis to pan along it, so its labels keep room for a word (20 steps at once left two characters)
+TREE_WINDOW = 12
 
 
 def tree_label(piece: str, steps: int) -> str:
     """A node's label, cut with "…" to the width one step of a ``steps``-step tree leaves beside its marker (the
     whole piece is in the hover): long pieces (``▁Entscheidungen``) of a long search otherwise run into the next
     step's labels. Never under three characters (a piece's first two and "…"): a search of 20 steps or more gets
-    short labels that may touch the next marker rather than none."""
+    short labels that may touch the next marker rather than none. ``steps`` is the number of steps shown at once
+    (at most :data:`TREE_WINDOW`: :func:`beam_tree_figure` pans a longer search)."""
     fits = max(3, int((TREE_PLOT_PX / (steps + 2) - 2 * TREE_LABEL_PX) / TREE_CHAR_PX))
     return piece if len(piece) <= fits else piece[:fits - 1] + "…"
 
@@ -198,6 +202,7 @@ def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
     pos = tree_layout(tree)
     best = set(tree.path(tree.best))
     steps = max(n.step for n in tree.nodes)
+    shown = min(steps, TREE_WINDOW)  # a longer search is panned with the range slider (the layout below)
     fig = go.Figure()
     for bold in (False, True):
         xs, ys = [], []
@@ -217,16 +222,24 @@ def beam_tree_figure(tree, *, template: str | None = None) -> go.Figure:
         labelled = status != "pruned"  # pruned nodes carry no label: no text elements for the browser to lay out
         fig.add_scatter(x=[pos[n.id][0] for n in ns], y=[pos[n.id][1] for n in ns], name=status,
                         mode="markers+text" if labelled else "markers",
-                        text=[_text(tree_label(n.piece, steps)) for n in ns] if labelled else None,
+                        text=[_text(tree_label(n.piece, shown)) for n in ns] if labelled else None,
                         textposition="middle right", textfont=dict(size=TREE_LABEL_PX),
                         hovertext=text, hoverinfo="text",
                         customdata=[n.id for n in ns],
                         marker=dict(size=[16 if n.id == tree.best else 10 for n in ns], color=colour,
                                     line=dict(width=[3 if n.id in best else 0 for n in ns], color="#d62728")))
-    fig.update_layout(title=f"Beam search tree (K = {tree.beam_size}, α = {tree.length_penalty})",
-                      xaxis=dict(title="step (output pieces)", dtick=1, range=[-0.5, steps + 1.5]),
-                      yaxis=dict(title="rank in the step", autorange="reversed"), height=460,
-                      margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+    panned = steps > TREE_WINDOW
+    xaxis = dict(title="step (output pieces)" + (f", {steps} in all: drag the slider below to pan"
+                                                 if panned else ""),
+                 dtick=1, range=[-0.5, shown + 1.5])
+    if panned:
+        xaxis["rangeslider"] = dict(visible=True, thickness=0.08, range=[-0.5, steps + 1.5])
+    fig.update_layout(title=f"Beam search tree (K = {tree.beam_size}, α = {tree.length_penalty})", xaxis=xaxis,
+                      yaxis=dict(title="rank in the step", autorange="reversed"), height=550 if panned else 460,
+                      margin=dict(l=10, r=10, t=85 if panned else 50, b=40),
+                      # below a slider the legend would cover the axis title: it goes between the title and the plot
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left") if panned else
+                      dict(orientation="h", y=-0.2))
     return use_template(fig, template)
 
 
