@@ -265,6 +265,46 @@ def traced(model: "Transformer", src: Tensor, target: Tensor, *, amp: bool = Fal
     return assemble(rec, model, src, forced.decoder_input, target, forced.log_probs)
 
 
+ATTENTION_SUBLAYERS = {"encoder": ("encoder", "self_attn"), "decoder": ("decoder", "self_attn"),
+                       "cross": ("decoder", "cross_attn")}
+
+
+def query_keys(model: "Transformer", trace: "BlockTrace", kind: str, layer: int) -> tuple[Tensor, Tensor]:
+    """The queries and keys of every head of one attention sub-layer (Section 3.2.2: ``Q W_i^Q``, ``K W_i^K``), from
+    what that sub-layer read in a traced pass (:func:`traced`): its own input for self-attention, the encoder's
+    output (the memory) for the keys of encoder-decoder attention. ``q_i . k_j / sqrt(d_k)`` is the pre-softmax
+    score of Eq. 1 (masked positions included: the mask is applied after).
+
+    Args:
+        model: the model the trace was taken of.
+        trace: :class:`~aiayn.block_trace.BlockTrace`, batch ``B``.
+        kind: ``"encoder"``, ``"decoder"`` (masked self-attention) or ``"cross"``.
+        layer: 1-based layer index.
+
+    Returns:
+        ``(queries (B, H, N, d_k), keys (B, H, M, d_k))`` float32 on the CPU: N the attending positions (source
+        for ``"encoder"``, decoder input otherwise), M the attended ones (source for ``"encoder"`` and ``"cross"``).
+
+    Raises:
+        ValueError: an unknown ``kind`` or a layer outside ``1..n_layers``.
+    """
+    if kind not in ATTENTION_SUBLAYERS:
+        raise ValueError(f"kind must be one of {', '.join(ATTENTION_SUBLAYERS)}, got {kind!r}")
+    if not 1 <= layer <= model.cfg.n_layers:
+        raise ValueError(f"layer must be between 1 and {model.cfg.n_layers}, got {layer}")
+    side, sub = ATTENTION_SUBLAYERS[kind]
+    stack = trace.encoder if side == "encoder" else trace.decoder
+    modules = model.encoder_layers if side == "encoder" else model.decoder_layers
+    attention = getattr(modules[layer - 1], sub)
+    x = stack.layers[layer - 1].sublayer(sub).sublayer_in
+    memory = trace.encoder.output if kind == "cross" else x
+    with torch.no_grad():  # the weights cast for this call only: the served model's modules are not touched
+        w_q, w_k = attention.w_q, attention.w_k
+        q = attention._split(torch.nn.functional.linear(x.float(), w_q.weight.float(), w_q.bias.float()))
+        k = attention._split(torch.nn.functional.linear(memory.float(), w_k.weight.float(), w_k.bias.float()))
+    return q.cpu(), k.cpu()
+
+
 class LogitLens(NamedTuple):
     """What each decoder layer would predict (the logit lens, nostalgebraist 2020): the final linear and softmax
     (Section 3.4) applied to each layer's output, after the stack's final LayerNorm for pre-LN models (post-LN

@@ -12,6 +12,7 @@ from aiayn import app as ui
 from aiayn import calls
 from aiayn.app import lesson as lesson_ui
 from aiayn.app.explorer import explorer_prefix_link
+from aiayn.analysis.qk_space import qk_space
 from aiayn.app.models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
 from aiayn.examples import EXAMPLES
 from aiayn.figures import figure1 as f1
@@ -111,6 +112,53 @@ if view.top:
                   for i, (t, row) in enumerate(zip(trace.meta["output_tokens"], view.top))}, width="stretch")
 else:
     ui.show_figure(f1.metrics_figure(view, template=ctx.template), key="block_metrics", filename="figure1_metrics")
+
+# -- queries and keys of one head (AttentionViz) -------------------------------------------------------------------
+@st.cache_data(max_entries=64, show_spinner=False)
+def _query_keys(direction: str, model: tuple[str, str], text: str, kind: str, layer: int):
+    """Every head's queries and keys of one attention block, from the traced pass of the first draw (cached)."""
+    trace = _walk(direction, model, text)[1].trace
+    q, k = decode_queue(direction).run(calls.query_keys, load_translator(direction).model, trace, kind, layer)
+    return q[0].numpy(), k[0].numpy()
+
+
+@st.fragment
+def qk_section(block: str) -> None:
+    """One head's queries and keys in one space, for the chosen attention block, drawn when opened."""
+    if "qk_head" in st.session_state:  # a widget not drawn in a run loses its value: kept while the section is closed
+        st.session_state["qk_head"] = st.session_state["qk_head"]
+    side, layer, sub = block.split(".")
+    kind = "encoder" if side == "enc" else ("decoder" if sub == "self_attn" else "cross")
+    with st.expander(f"Queries and keys of one head of this block in one space (AttentionViz)", key="open_qk",
+                     on_change="rerun", bind="query-params", icon=":material/scatter_plot:") as box:
+        if not box.open:
+            return
+        heads = [str(h) for h in range(1, cfg.n_heads + 1)]
+        ui.warn_bad_param("qk_head", heads, f"this model has heads 1 to {cfg.n_heads}")
+        head = st.segmented_control("Head", heads, default="1", key="qk_head", bind="query-params") or "1"
+        q, k = _query_keys(ctx.direction, model_key, cleaned, kind, int(layer))
+        h = int(head) - 1
+        space = qk_space(q[h], k[h], causal=kind == "decoder")
+        q_tokens = trace.meta["src_tokens"] if kind == "encoder" else trace.meta["decoder_input_tokens"]
+        k_tokens = trace.meta["src_tokens"] if kind != "decoder" else trace.meta["decoder_input_tokens"]
+        ui.show_figure(f1.qk_space_figure(space, q_tokens, k_tokens, title=f"{labels[block].split(':')[0]}, head {head}: "
+                                          f"queries and keys", presenter=ctx.presenter, template=ctx.template), key="qk_space",
+                       filename="query_key_space")
+        agree = ("undefined (too few keys per query)" if space.rank_agreement != space.rank_agreement
+                 else f"{space.rank_agreement:.2f}")
+        st.caption(
+            f"Each query q_i and key k_j of this head (d_k = {cfg.d_k}) projected on the first two principal "
+            f"components of both sets together ({space.explained.sum():.0%} of their variance). The head attends by "
+            f"q_i · k_j / √d_k (Eq. 1), so a query tends to sit near the keys it attends to; the keys are moved so "
+            f"their mean is the queries' and both sets scaled to one mean norm (×{space.scale:.2f} and "
+            f"÷{space.scale:.2f}), which changes no attention weight (AttentionViz, Yeh et al. 2023). How far to "
+            f"trust the picture for this sentence: the 2-D distances order each query's keys as its scores do with a "
+            f"mean Spearman correlation of **{agree}** (1: exactly, 0: not at all)."
+            + (" Masked self-attention: query i sees keys 0 to i only." if kind == "decoder" else ""))
+
+
+if block.split(".")[-1] in ("self_attn", "cross_attn"):
+    qk_section(block)
 
 # -- decoding as a search -----------------------------------------------------------------------------------------
 # The three sections below are drawn when opened (Streamlit's lazy expanders, in fragments: opening one reruns it

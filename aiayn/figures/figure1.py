@@ -404,3 +404,57 @@ def next_piece_figure(rows: Sequence[tuple[str, Sequence[str], Sequence[float]]]
     fig.update_xaxes(title_text="step", dtick=1, row=len(rows), col=1)
     fig.update_layout(height=140 + 150 * len(rows), margin=dict(l=10, r=10, t=40, b=40))
     return use_template(fig, template)
+
+
+# -- queries and keys of one head (AttentionViz) ---------------------------------------------------------------------
+def qk_space_figure(space, query_tokens: Sequence[str], key_tokens: Sequence[str], *, title: str,
+                    presenter: bool = False, template: str | None = None) -> go.Figure:
+    """One head's queries (circles) and keys (diamonds) in one 2-D space (:func:`aiayn.analysis.qk_space.qk_space`),
+    each point labelled with its piece and coloured by its position; a thin line joins each query to the key it
+    gives the most weight. Hover: the piece, its position and, for a query, its three largest weights.
+
+    Args:
+        space: :class:`~aiayn.analysis.qk_space.QKSpace` with N queries and M keys.
+        query_tokens / key_tokens: N and M pieces.
+        title: the figure's title (the block and head).
+        presenter: larger labels and markers, for a projector.
+
+    Raises:
+        ValueError: token lists that do not match the space's sizes.
+    """
+    n, m = len(space.query_xy), len(space.key_xy)
+    if len(query_tokens) != n or len(key_tokens) != m:
+        raise ValueError(f"{n} queries and {m} keys, but {len(query_tokens)} and {len(key_tokens)} pieces")
+    fig = go.Figure()
+    xs, ys = [], []
+    for i, j in enumerate(space.top_key):
+        xs += [space.query_xy[i, 0], space.key_xy[j, 0], None]
+        ys += [space.query_xy[i, 1], space.key_xy[j, 1], None]
+    fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(width=1, color="#bbbbbb"), hoverinfo="skip",
+                    name="query → its top key")
+    hover = []
+    for i, tok in enumerate(query_tokens):
+        top = np.argsort(-space.weights[i])[:3]
+        hover.append(f"query {i}: {_text(tok)}<br>" + "<br>".join(
+            f"→ {j}: {_text(key_tokens[j])} {space.weights[i, j]:.2f}" for j in top if space.allowed[i, j]))
+    longest = max(n, m) - 1 or 1
+    for role, xy, tokens, symbol, texts in (("query", space.query_xy, query_tokens, "circle", hover),
+                                            ("key", space.key_xy, key_tokens, "diamond",
+                                             [f"key {j}: {_text(t)}" for j, t in enumerate(key_tokens)])):
+        fig.add_scatter(x=xy[:, 0], y=xy[:, 1], mode="markers+text", name="queries" if role == "query" else "keys",
+                        text=[_text(tree_label(t, TREE_WINDOW)) for t in tokens],
+                        textposition="top center" if role == "query" else "bottom center",
+                        textfont=dict(size=17 if presenter else TREE_LABEL_PX + 1), hovertext=texts,
+                        hoverinfo="text",
+                        marker=dict(symbol=symbol, size=(11 if role == "query" else 12) + (5 if presenter else 0),
+                                    color=np.arange(len(tokens)) / longest, colorscale="Viridis", cmin=0, cmax=1,
+                                    line=dict(width=1.5, color="#333333" if role == "key" else "#ffffff"),
+                                    showscale=role == "query",
+                                    colorbar=dict(title="position", tickvals=[0, 1], ticktext=["first", "last"],
+                                                  len=0.6)))
+    fig.update_layout(title=title, height=480, margin=dict(l=10, r=10, t=50, b=40),
+                      xaxis=dict(title=f"component 1 ({space.explained[0]:.0%} of the variance)", zeroline=False),
+                      yaxis=dict(title=f"component 2 ({space.explained[1]:.0%})", zeroline=False,
+                                 scaleanchor="x", scaleratio=1),
+                      legend=dict(orientation="h", y=-0.2))
+    return use_template(fig, template)
