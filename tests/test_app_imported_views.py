@@ -197,3 +197,17 @@ def test_explorer_says_shifted_right_not_bos_for_a_model_that_starts_from_pad(fo
     assert spec["layout"]["xaxis"]["title"]["text"] == "key (decoder input, shifted right)"
     captions = " ".join(c.value for c in at.caption)
     assert "BOS" not in captions and "shifted right behind the start piece" in captions
+
+
+def test_figure_1_query_key_space_on_the_imported_model(folder):
+    """The queries and keys of an imported Marian model's cross-attention head: its pieces (decoder input from
+    <pad>) on the queries and the source's on the keys."""
+    from app_pages import charts, open_page
+
+    at = open_page("pages/10_Figure_1.py", {"model": "opus-mt-en-de", "block": "dec.1.cross_attn", "open_qk": "true",
+                                            "qk_head": "2", "text": "The cat sat on the mat."})
+    assert not at.exception, at.exception
+    spec = charts(at)["qk_space"]
+    assert "head 2" in spec["layout"]["title"]["text"]
+    assert spec["data"][1]["hovertext"][0].startswith("query 0: &lt;pad&gt;")
+    assert spec["data"][2]["hovertext"][-1].startswith("key ") and "&lt;/s&gt;" in spec["data"][2]["hovertext"][-1]
