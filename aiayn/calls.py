@@ -367,10 +367,11 @@ ATTRIBUTION_METHODS = ("integrated_gradients", "grad_x_input")
 ATTRIBUTION_BASELINES = ("zero", "pad")
 
 
-def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: Tensor):
+def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: Tensor, foil: Tensor | None = None):
     """``f([src_e (m, S, D), dec_e (m, T, D)]) -> (m, T)`` ``log p(target[t])`` of the model run with its
     embedding tables' outputs ``E[ids]`` replaced by the given tensors (then x sqrt(d_model) + PE inside
-    :meth:`~aiayn.model.transformer.Transformer.embed`, as always). The replacement is a forward hook that lives
+    :meth:`~aiayn.model.transformer.Transformer.embed`, as always); with ``foil`` ``(1, T)``, ``log p(target[t]) -
+    log p(foil[t])`` (0 where they are the same piece). The replacement is a forward hook that lives
     for one call of f and fires only in its thread; encode runs before decode, so the first table call gets the
     source and the second the decoder input (one shared table or two)."""
     import threading
@@ -400,15 +401,21 @@ def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: 
         if queue:
             raise RuntimeError("the model did not call its embedding tables once per side")
         log_probs = torch.log_softmax(logits.float(), dim=-1)
-        return log_probs.gather(-1, target.expand(m, -1)[..., None]).squeeze(-1)
+        chosen = log_probs.gather(-1, target.expand(m, -1)[..., None]).squeeze(-1)
+        if foil is None:
+            return chosen
+        return chosen - log_probs.gather(-1, foil.expand(m, -1)[..., None]).squeeze(-1)
 
     return f
 
 
 def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence[int], *,
-              method: str = "integrated_gradients", steps: int = 128, baseline: str = "zero") -> Attributed:
+              method: str = "integrated_gradients", steps: int = 128, baseline: str = "zero",
+              foil_ids: Sequence[int] | None = None) -> Attributed:
     """Attribution of each target piece's log-probability (teacher-forced, as :func:`teacher_forced`) to the
-    source and decoder-input embeddings (:mod:`aiayn.analysis.attribution`).
+    source and decoder-input embeddings (:mod:`aiayn.analysis.attribution`); with ``foil_ids``, of the
+    contrast ``log p(target[t]) - log p(foil[t])``: why the model prefers this piece to that one at the same step
+    (contrastive explanations, Yin and Neubig 2022, "Interpreting Language Models with Contrastive Explanations").
 
     The attributed inputs are the embedding outputs ``E[ids] sqrt(d_model)`` *before* the positional encoding
     is added (Section 3.4, 3.5): PE stays fixed along the path, so a zero baseline is "positions only". Gradient
@@ -422,12 +429,16 @@ def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence
         steps: integrated gradients' trapezoidal intervals (``steps + 1`` forward-backward points, each one
             backward pass per target piece).
         baseline: ``"zero"`` (x' = 0) or ``"pad"`` (every piece's embedding replaced by ``<pad>``'s).
+        foil_ids: one piece per target position, the alternative each is contrasted with (the target's own
+            piece where no contrast is wanted: that step's value and attribution are 0); None: no contrast.
 
     Returns:
-        :class:`Attributed` (NumPy, CPU).
+        :class:`Attributed` (NumPy, CPU); with ``foil_ids`` its ``log_prob`` (and ``baseline_log_prob``) hold the
+        log-probability differences.
 
     Raises:
-        ValueError: unknown method or baseline, bad ``steps``, ids malformed (as :func:`teacher_forced`).
+        ValueError: unknown method or baseline, bad ``steps``, ids malformed (as :func:`teacher_forced`),
+            ``foil_ids`` not one valid piece per target position.
     """
     from .analysis import attribution as at
 
@@ -441,13 +452,19 @@ def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence
     src, target = batch(cfg, [src_ids], device), batch(cfg, [target_ids], device)
     model._check_tokens(src, "src")
     model._check_tokens(target, "tgt")
+    foil = None
+    if foil_ids is not None:
+        if len(foil_ids) != len(target_ids) or not all(0 <= int(i) < cfg.vocab_size for i in foil_ids):
+            raise ValueError(f"foil_ids must hold one piece id in [0, {cfg.vocab_size}) per target position "
+                             f"({len(target_ids)}), got {len(foil_ids)}")
+        foil = torch.tensor([[int(i) for i in foil_ids]], dtype=torch.long, device=device)
     dec = shift_right(cfg, target)
     src_table = model.embedding if cfg.share_embeddings else model.src_embedding
     tgt_table = model.embedding if cfg.share_embeddings else model.tgt_embedding
     with torch.no_grad():
         inputs = [src_table(src[0]).float(), tgt_table(dec[0]).float()]
         pads = [src_table.weight[cfg.pad_id].float(), tgt_table.weight[cfg.pad_id].float()]
-    f = _embedding_function(model, src, dec, target)
+    f = _embedding_function(model, src, dec, target, foil)
     if method == "grad_x_input":
         res = at.grad_times_input(f, inputs)
     else:

@@ -18,8 +18,11 @@ from aiayn.app.alignment_history import across_training
 from aiayn.app.charts import show_figure
 from aiayn.app.downloads import download_buttons
 from aiayn.attribution_eval import corpus_rows, corpus_table, gold_sentence, read_attribution
+from aiayn import calls
+from aiayn.app.models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
 from aiayn.calls import ATTRIBUTION_METHODS
-from aiayn.figures.alignment import attribution_beside, gold_alignment, head_grid
+from aiayn.contrastive import alternatives, contrast, foil_from_text
+from aiayn.figures.alignment import attribution_beside, contrast_figure, gold_alignment, head_grid
 
 MEASURES = {"weights": "attention weights", "norms": "norm-based (Kobayashi et al. 2020)"}
 
@@ -29,6 +32,7 @@ ctx = ui.setup_page("Alignment and attribution", icon=":material/join_inner:", i
     "2020). Below, one gold sentence: the chosen head's word alignment with the gold links, and **integrated "
     "gradients** of each target piece's log-probability beside the head's attention, with their rank agreement."))
 tr = ctx.translator
+model_key = (str(checkpoint_path(ctx.direction)), checkpoint_stamp(checkpoint_path(ctx.direction)))
 path = ctx.checkpoint / ALIGN_FILE
 payload = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 # without alignment.json (an imported model, say) the gold-set grid is missing but one gold sentence still works
@@ -77,12 +81,14 @@ method = d4.segmented_control("Attribution", ATTRIBUTION_METHODS, key="method", 
 
 
 @st.cache_data(max_entries=16, show_spinner="Attribution (one backward pass per target piece)…")
-def _sentence(direction: str, index: int, method: str) -> dict:
+def _sentence(direction: str, model: tuple[str, str], index: int, method: str) -> dict:  # noqa: ARG001 - model: cache key
+    """One gold pair's maps and attribution; ``model`` (the chosen checkpoint's path and stamp) keys the cache, so
+    two sessions that picked different models of one direction do not share results."""
     return gold_sentence(tr, gold[index], direction, method=method, steps=64)
 
 
 try:
-    one = _sentence(ctx.direction, sent, method)
+    one = _sentence(ctx.direction, model_key, sent, method)
 except ValueError as exc:
     st.error(f"This gold pair cannot be shown: {exc}")
     st.stop()
@@ -139,3 +145,73 @@ if corpus is not None:
               f"over sentences and its standard deviation (sd), also for Kendall's tau. Source share "
               f"{sh['source_mean']:.2f} ± {sh['source_std']:.2f} per step, target prefix {sh['prefix_mean']:.2f}.")
 st.caption(about)
+
+# -- contrastive attribution on the student's own sentence --------------------------------------------------------
+st.subheader("Why this piece and not that one?")
+st.markdown("Your own sentence, translated by beam search. Pick an output step and another piece the model could "
+            "have written there: gradient attribution of **log p(chosen) − log p(other)** shows which source and "
+            "output pieces pushed the model toward its choice (blue) and which toward the other piece (red) "
+            "(contrastive explanations, Yin and Neubig 2022).")
+CONTRAST_DEFAULT = {"en-de": "The cat sat on the mat.", "de-en": "Ich lese gern Bücher im Garten."}
+
+
+@st.cache_data(max_entries=32, show_spinner="Translating and scoring every step…")
+def _contrast_output(direction: str, model: tuple[str, str], text: str):  # noqa: ARG001 - model: cache key
+    """The beam output of ``text`` and the 10 most probable pieces at each of its steps (teacher-forced)."""
+    t, queue = load_translator(direction), decode_queue(direction)
+    out = queue.run(t.translate, text, beam_size=4, length_penalty=0.6, return_attention=False)
+    return out, queue.run(alternatives, t, out.src_ids, out.output_ids, min(10, t.cfg.vocab_size))
+
+
+@st.cache_data(max_entries=64, show_spinner="Attribution of the contrast (one backward pass per step up to it)…")
+def _contrast(direction: str, model: tuple[str, str], src_ids: tuple, out_ids: tuple, step: int, foil: int,  # noqa: ARG001
+              method: str):
+    t = load_translator(direction)
+    return decode_queue(direction).run(contrast, t, src_ids, out_ids, step, foil, method=method, steps=64)
+
+
+own = st.text_input(f"Sentence ({ctx.src_lang.upper()})", value=CONTRAST_DEFAULT.get(ctx.direction, "I have no time."),
+                    key="ctext", bind="query-params", max_chars=400)
+own = ui.sentence_or_stop(own)
+try:
+    out, alt = _contrast_output(ctx.direction, model_key, own)
+except ValueError as exc:
+    st.error(f"Could not translate this sentence: {exc}")
+    st.stop()
+st.markdown(f"**Beam search output:** {out.text or '∅'}")
+steps_ = [str(i) for i in range(len(alt.output_tokens))]
+least = int(np.argmin(alt.chosen_probs))  # the least certain choice is the first worth asking about
+e1, e2, e3 = st.columns([2, 2, 2], vertical_alignment="bottom")
+# the step and the other piece are not in the URL: they belong to this sentence's output (a bound widget would
+# also write its format_func's label into the URL)
+cstep = int(e1.selectbox("Output step (the least certain first)", steps_, index=least, key=f"cstep:{own}",
+                         format_func=lambda i: f"{i}: {alt.output_tokens[int(i)]} (p = {alt.chosen_probs[int(i)]:.2f})"))
+others = [(int(i), p, q) for i, p, q in zip(alt.ids[cstep], alt.pieces[cstep], alt.probs[cstep])
+          if int(i) != out.output_ids[cstep]]
+choice = e2.selectbox("Instead of it", [str(i) for i, _, _ in others], key=f"cfoil:{own}:{cstep}",
+                      format_func=lambda i: next(f"{p} (p = {q:.3f})" for j, p, q in others if str(j) == i))
+typed = e3.text_input("… or type a piece (`der`, `atte`) or a word", key="cword", max_chars=40,
+                      help="A piece of the vocabulary (`der` means the word-initial `▁der`; `atte` a word's rest), "
+                           "else the first piece of the word you type.").strip()
+foil = int(choice) if choice is not None else None
+if typed:
+    foil = foil_from_text(tr.tokenizer, typed)
+    if foil == out.output_ids[cstep]:
+        st.warning(f"`{typed}` starts with the piece the model chose (`{alt.output_tokens[cstep]}`); type another "
+                   "piece, e.g. the rest of the word as the model would cut it.", icon=":material/warning:")
+        foil = None
+if foil is None:
+    st.stop()
+try:
+    c = _contrast(ctx.direction, model_key, tuple(out.src_ids), tuple(out.output_ids), cstep, foil, method)
+except ValueError as exc:
+    st.error(f"Could not attribute this contrast: {exc}")
+    st.stop()
+show_figure(contrast_figure(c, template=ctx.template), key="contrast", filename=f"contrast_{ctx.direction}_{cstep}")
+top_src = int(np.argmax(np.abs(c.source)))
+st.caption(f"{method.replace('_', ' ')} of the log-probability difference {c.difference:+.2f} nats at step {cstep}; "
+           f"the source piece that matters most is `{c.src_tokens[top_src]}` ({c.source[top_src]:+.3f}, "
+           f"{'toward' if c.source[top_src] >= 0 else 'against'} `{c.chosen}`). Pieces after step {cstep} cannot "
+           "matter: the decoder is masked (Section 3.2.3)."
+           + (f" Here the model gives `{c.foil}` more probability than `{c.chosen}`: beam search kept `{c.chosen}` "
+              "for the score of the whole output (Section 6.1), not of this step." if c.difference < 0 else ""))

@@ -94,3 +94,42 @@ def test_without_alignment_json_the_page_says_how_to_make_it(checkpoints):
     at = open_page(PAGE)
     assert not at.exception, at.exception
     assert any("aiayn align" in i.value for i in at.info)
+
+
+def test_contrast_section_explains_the_least_certain_step_and_takes_a_typed_word(app_at):
+    """The student's own sentence (in the URL): the least certain output step is asked first, against the most
+    probable other piece; the chart's bars are contrastive.contrast's values; a typed word's first piece becomes
+    the foil; a word that starts with the chosen piece is refused with a warning, not a traceback."""
+    from aiayn import calls
+    from aiayn.contrastive import alternatives, contrast
+
+    _, tr, _ = app_at
+    text = "I have no time."
+    at = open_page(PAGE, {"ctext": text})
+    assert not at.exception, at.exception
+    out = tr.translate(text, beam_size=4, length_penalty=0.6, return_attention=False)
+    alt = alternatives(tr, out.src_ids, out.output_ids, 10)
+    step = int(np.argmin(alt.chosen_probs))
+    foil = next(int(i) for i in alt.ids[step] if int(i) != out.output_ids[step])
+    want = contrast(tr, out.src_ids, out.output_ids, step, foil, method="grad_x_input")
+    spec = charts(at)["contrast"]
+    np.testing.assert_allclose(arr(spec["data"][0]["y"]), want.source, atol=1e-6)
+    np.testing.assert_allclose(arr(spec["data"][1]["y"]), want.prefix, atol=1e-6)
+    assert f"at step {step}" in spec["layout"]["title"]["text"]
+    from aiayn.contrastive import foil_from_text
+
+    word = next(w for w in ("Haus", "Auto", "Zeit", "Katze") if foil_from_text(tr.tokenizer, w) != out.output_ids[step])
+    at.text_input(key="cword").set_value(word).run()
+    assert not at.exception
+    from aiayn.contrastive import foil_from_text
+
+    typed = contrast(tr, out.src_ids, out.output_ids, step, foil_from_text(tr.tokenizer, word))
+    np.testing.assert_allclose(arr(charts(at)["contrast"]["data"][0]["y"]), typed.source, atol=1e-6)
+    # a typed word that starts with the chosen piece is refused (this random model writes no whole words, so the
+    # tokenizer is told what the word's first piece is)
+    real = calls.encode_target
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(calls, "encode_target", lambda tok, w: [out.output_ids[step]] if w == "sameword" else real(tok, w))
+        at.text_input(key="cword").set_value("sameword").run()
+    assert not at.exception and any("starts with the piece the model chose" in w.value for w in at.warning)
+    assert "contrast" not in charts(at)

@@ -113,3 +113,23 @@ def attribution_beside(attr: np.ndarray, attention: np.ndarray, q_labels: Sequen
     fig.update_layout(height=int(min(1000, max(380, 180 + 26 * len(y)))), margin=dict(l=10, r=10, t=50, b=10))
     use_template(fig, template)
     return fig
+
+
+def contrast_figure(c, *, template: str | None = None) -> go.Figure:
+    """Contrastive attribution (:class:`aiayn.contrastive.Contrast`) as signed bars: each source piece (left) and
+    each decoder-input piece up to the step (right); blue pushes toward the chosen piece, red toward the foil.
+    The title gives both pieces' probabilities and the log-probability difference explained."""
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,
+                        column_widths=[max(len(c.src_tokens), 1), max(len(c.prefix_tokens), 1)],
+                        subplot_titles=("source pieces", "output so far (decoder input)"))
+    for col, values, tokens in ((1, c.source, c.src_tokens), (2, c.prefix, c.prefix_tokens)):
+        x = [plotly_safe(t) for t in unique_labels(tokens)]
+        fig.add_bar(x=x, y=values, row=1, col=col, showlegend=False,
+                    marker_color=["#1f77b4" if v >= 0 else "#d62728" for v in values],
+                    hovertemplate="%{x}: %{y:+.3f}<extra></extra>")
+    fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_yaxes(title_text=f"{c.method.replace('_', ' ')} (nats)", row=1, col=1, zeroline=True)
+    title = (f"Why {plotly_safe(c.chosen)} (p = {c.chosen_prob:.3f}) and not {plotly_safe(c.foil)} "
+             f"(p = {c.foil_prob:.3f}) at step {c.step}: log-odds {c.difference:+.2f}")
+    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=70, b=10), bargap=0.25)
+    return use_template(fig, template)
