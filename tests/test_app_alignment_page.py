@@ -133,3 +133,39 @@ def test_contrast_section_explains_the_least_certain_step_and_takes_a_typed_word
         at.text_input(key="cword").set_value("sameword").run()
     assert not at.exception and any("starts with the piece the model chose" in w.value for w in at.warning)
     assert "contrast" not in charts(at)
+
+
+def test_sessions_that_picked_different_models_get_their_own_gold_sentence_and_contrast(tiny_checkpoints, tiny_spm,
+                                                                                        tmp_path, monkeypatch):
+    """The page's caches (the gold sentence's attribution, the contrast's output) are keyed by the picked
+    checkpoint: a session on another en-de model (?model=) never gets the first session's numbers."""
+    import streamlit as st
+    from tiny_models import make_tiny_checkpoint
+
+    from aiayn import Translator
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints / "en-de", root / "en-de")
+    shutil.copytree(tiny_checkpoints / "de-en", root / "de-en")
+    make_tiny_checkpoint(root / "other-en-de", tiny_spm, "en-de", seed=5)
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(root))
+    text = "I have no time."
+    outputs = {m: Translator.load(root / m, device="cpu").translate(text, beam_size=4, length_penalty=0.6).text
+               for m in ("en-de", "other-en-de")}
+    assert outputs["en-de"] != outputs["other-en-de"]  # so the check can fail
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    seen = {}
+    try:
+        for model in ("en-de", "other-en-de", "en-de"):  # one process, caches kept between the sessions
+            at = open_page(PAGE, {"model": model, "ctext": text})
+            assert not at.exception, at.exception
+            shown = [m.value for m in at.markdown if m.value.startswith("**Beam search output:**")]
+            assert shown == [f"**Beam search output:** {outputs[model] or '∅'}"]
+            attr = arr(charts(at)["attr_beside"]["data"][0]["z"])
+            seen.setdefault(model, attr)
+            np.testing.assert_array_equal(attr, seen[model])
+        assert not np.array_equal(seen["en-de"], seen["other-en-de"])
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()
