@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import aiayn.app.preload  # noqa: F401 - first: a cold server's sessions import in one go (see that module)
 
+import numpy as np
 import streamlit as st
 
 from aiayn import app as ui
@@ -122,11 +123,27 @@ def _query_keys(direction: str, model: tuple[str, str], text: str, kind: str, la
     return q[0].numpy(), k[0].numpy()
 
 
+@st.cache_data(max_entries=32, show_spinner="Translating and tracing every example sentence…")
+def _query_keys_all(direction: str, model: tuple[str, str], texts: tuple, kind: str, layer: int):
+    """For each text: every head's queries and keys of one attention block over its beam output, with the pieces
+    of both sides (AttentionViz's global view, many sentences in one picture)."""
+    t, queue = load_translator(direction), decode_queue(direction)
+    out = []
+    for text in texts:
+        trace = queue.run(t.trace, text)
+        q, k = queue.run(calls.query_keys, t.model, trace, kind, layer)
+        q_tokens = trace.meta["src_tokens"] if kind == "encoder" else trace.meta["decoder_input_tokens"]
+        k_tokens = trace.meta["src_tokens"] if kind != "decoder" else trace.meta["decoder_input_tokens"]
+        out.append((q[0].numpy(), k[0].numpy(), q_tokens, k_tokens))
+    return out
+
+
 @st.fragment
 def qk_section(block: str) -> None:
     """One head's queries and keys in one space, for the chosen attention block, drawn when opened."""
-    if "qk_head" in st.session_state:  # a widget not drawn in a run loses its value: kept while the section is closed
-        st.session_state["qk_head"] = st.session_state["qk_head"]
+    for key in ("qk_head", "qk_all"):  # widgets not drawn in a run lose their value: kept while the section is closed
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
     side, layer, sub = block.split(".")
     kind = "encoder" if side == "enc" else ("decoder" if sub == "self_attn" else "cross")
     with st.expander(f"Queries and keys of one head of this block in one space (AttentionViz)", key="open_qk",
@@ -135,14 +152,32 @@ def qk_section(block: str) -> None:
             return
         heads = [str(h) for h in range(1, cfg.n_heads + 1)]
         ui.warn_bad_param("qk_head", heads, f"this model has heads 1 to {cfg.n_heads}")
-        head = st.segmented_control("Head", heads, default="1", key="qk_head", bind="query-params") or "1"
-        q, k = _query_keys(ctx.direction, model_key, cleaned, kind, int(layer))
+        h1, h2 = st.columns([3, 2], vertical_alignment="bottom")
+        head = h1.segmented_control("Head", heads, default="1", key="qk_head", bind="query-params") or "1"
+        texts = tuple(dict.fromkeys([cleaned] + [e[0] for e in examples]))
+        every = h2.toggle(f"All {len(texts)} sentences at once", key="qk_all", bind="query-params",
+                          help="Your sentence and the curated examples in one picture (AttentionViz's global view): "
+                               "points coloured by their place in their sentence show whether the head attends by "
+                               "position; each query still attends to its own sentence's keys only.")
         h = int(head) - 1
-        space = qk_space(q[h], k[h], causal=kind == "decoder")
-        q_tokens = trace.meta["src_tokens"] if kind == "encoder" else trace.meta["decoder_input_tokens"]
-        k_tokens = trace.meta["src_tokens"] if kind != "decoder" else trace.meta["decoder_input_tokens"]
-        ui.show_figure(f1.qk_space_figure(space, q_tokens, k_tokens, title=f"{labels[block].split(':')[0]}, head {head}: "
-                                          f"queries and keys", presenter=ctx.presenter, template=ctx.template), key="qk_space",
+        where = labels[block].split(":")[0]
+        if every:
+            rows = _query_keys_all(ctx.direction, model_key, texts, kind, int(layer))
+            groups = (np.concatenate([np.full(len(r[2]), i) for i, r in enumerate(rows)]),
+                      np.concatenate([np.full(len(r[3]), i) for i, r in enumerate(rows)]))
+            space = qk_space(np.concatenate([r[0][h] for r in rows]), np.concatenate([r[1][h] for r in rows]),
+                             causal=kind == "decoder", groups=groups)
+            q_tokens = [t for r in rows for t in r[2]]
+            k_tokens = [t for r in rows for t in r[3]]
+            title = f"{where}, head {head}: queries and keys of {len(rows)} sentences"
+        else:
+            q, k = _query_keys(ctx.direction, model_key, cleaned, kind, int(layer))
+            space, groups = qk_space(q[h], k[h], causal=kind == "decoder"), None
+            q_tokens = trace.meta["src_tokens"] if kind == "encoder" else trace.meta["decoder_input_tokens"]
+            k_tokens = trace.meta["src_tokens"] if kind != "decoder" else trace.meta["decoder_input_tokens"]
+            title = f"{where}, head {head}: queries and keys"
+        ui.show_figure(f1.qk_space_figure(space, q_tokens, k_tokens, title=title, groups=groups,
+                                          presenter=ctx.presenter, template=ctx.template), key="qk_space",
                        filename="query_key_space")
         agree = ("undefined (too few keys per query)" if space.rank_agreement != space.rank_agreement
                  else f"{space.rank_agreement:.2f}")
@@ -152,7 +187,8 @@ def qk_section(block: str) -> None:
             f"q_i · k_j / √d_k (Eq. 1), so a query tends to sit near the keys it attends to; the keys are moved so "
             f"their mean is the queries' and both sets scaled to one mean norm (×{space.scale:.2f} and "
             f"÷{space.scale:.2f}), which changes no attention weight (AttentionViz, Yeh et al. 2023). How far to "
-            f"trust the picture for this sentence: the 2-D distances order each query's keys as its scores do with a "
+            f"trust the picture{' for these sentences' if every else ' for this sentence'}: the 2-D distances "
+            f"order each query's keys as its scores do with a "
             f"mean Spearman correlation of **{agree}** (1: exactly, 0: not at all)."
             + (" Masked self-attention: query i sees keys 0 to i only." if kind == "decoder" else ""))
 

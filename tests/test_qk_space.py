@@ -136,6 +136,14 @@ def test_figure_1_page_draws_the_query_key_space_of_an_attention_block(checkpoin
     bad = open_page(page, {"block": "enc.1.self_attn", "open_qk": "true", "qk_head": "99"})
     assert not bad.exception and any("qk_head=99" in w.value for w in bad.warning)
     assert "Encoder layer 1, head 1" in charts(bad)["qk_space"]["layout"]["title"]["text"]
+    many = open_page(page, {"block": "enc.2.self_attn", "open_qk": "true", "qk_all": "true"})
+    assert not many.exception
+    spec = charts(many)["qk_space"]
+    from aiayn.examples import EXAMPLES
+
+    n = len(dict.fromkeys([EXAMPLES["en-de"][0][0]] + [e[0] for e in EXAMPLES["en-de"]]))
+    assert f"queries and keys of {n} sentences" in spec["layout"]["title"]["text"]
+    assert spec["data"][0]["mode"] == "markers" and spec["data"][0]["hovertext"][-1].startswith(f"sentence {n} · ")
     ffn = open_page(page, {"block": "enc.1.ffn", "open_qk": "true"})
     assert not ffn.exception and "qk_space" not in charts(ffn)
 
@@ -146,3 +154,30 @@ def test_presenter_mode_enlarges_the_labels():
     small, large = (f1.qk_space_figure(space, list("abc"), list("xyz"), title="t", presenter=p) for p in (False, True))
     assert large.data[1].textfont.size > small.data[1].textfont.size
     assert large.data[2].marker.size > small.data[2].marker.size
+
+
+def test_many_sentences_in_one_space_keep_each_sentences_own_attention():
+    """AttentionViz's global view: with groups, a query attends only to its own sentence's keys (causally for the
+    decoder), with exactly the weights that sentence alone gives; the projection is shared."""
+    rng = np.random.default_rng(4)
+    sizes = (3, 5, 4)
+    qs = [rng.normal(size=(n, 8)) for n in sizes]
+    ks = [rng.normal(size=(n, 8)) for n in sizes]
+    groups = (np.repeat(np.arange(3), sizes), np.repeat(np.arange(3), sizes))
+    for causal in (False, True):
+        joint = qk_space(np.concatenate(qs), np.concatenate(ks), causal=causal, groups=groups)
+        start = 0
+        for q, k in zip(qs, ks):
+            alone = qk_space(q, k, causal=causal)
+            block = slice(start, start + len(q))
+            np.testing.assert_allclose(joint.weights[block, block], alone.weights, atol=1e-12)
+            assert joint.weights[block].sum() == pytest.approx(len(q))  # nothing leaks to other sentences
+            start += len(q)
+    with pytest.raises(ValueError, match="groups of"):
+        qk_space(np.concatenate(qs), np.concatenate(ks), groups=(groups[0][:-1], groups[1]))
+    with pytest.raises(ValueError, match="causal"):
+        qk_space(np.concatenate(qs), np.concatenate(ks)[:-1], causal=True, groups=(groups[0], groups[1][:-1]))
+    fig = f1.qk_space_figure(joint, ["a"] * 12, ["b"] * 12, title="t", groups=groups)
+    assert [t.mode for t in fig.data] == ["markers", "markers"]  # unlabelled, unjoined
+    assert fig.data[0].hovertext[3].startswith("sentence 2 · query 0: a")
+    np.testing.assert_allclose(fig.data[0].marker.color[:3], [0, 0.5, 1])  # place in its own sentence

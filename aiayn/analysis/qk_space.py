@@ -91,25 +91,43 @@ def _pca2(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, explained
 
 
-def qk_space(queries: np.ndarray, keys: np.ndarray, *, causal: bool = False) -> QKSpace:
+def _position_in_group(groups: np.ndarray) -> np.ndarray:
+    """Each element's index within its run of equal group ids (the groups given one sentence after another)."""
+    pos = np.zeros(len(groups), dtype=np.int64)
+    for i in range(1, len(groups)):
+        pos[i] = pos[i - 1] + 1 if groups[i] == groups[i - 1] else 0
+    return pos
+
+
+def qk_space(queries: np.ndarray, keys: np.ndarray, *, causal: bool = False,
+             groups: tuple[np.ndarray, np.ndarray] | None = None) -> QKSpace:
     """One head's queries and keys in one 2-D space (module docstring).
 
     Args:
-        queries: ``(N, d_k)`` the head's queries ``x W^Q`` (one sentence, no padding).
+        queries: ``(N, d_k)`` the head's queries ``x W^Q`` (no padding).
         keys: ``(M, d_k)`` its keys.
-        causal: the decoder's masked self-attention (query i may attend to keys 0..i; needs ``N == M``).
+        causal: the decoder's masked self-attention (query i may attend to keys 0..i of its sentence).
+        groups: ``((N,), (M,))`` int sentence ids, each sentence's rows one after another, for many sentences in
+            one picture (AttentionViz's global view): a query attends to its own sentence's keys only, and the
+            normalisation and the projection are over all of them. None: one sentence.
 
     Returns:
         :class:`QKSpace`.
 
     Raises:
-        ValueError: as :func:`normalise`; ``causal`` with ``N != M``.
+        ValueError: as :func:`normalise`; ``causal`` with a sentence whose query and key counts differ; groups of
+            the wrong lengths.
     """
     q, k, a = normalise(queries, keys)
     n, m = len(q), len(k)
-    if causal and n != m:
-        raise ValueError(f"a causal head attends over its own positions: {n} queries but {m} keys")
-    allowed = np.tril(np.ones((n, m), dtype=bool)) if causal else np.ones((n, m), dtype=bool)
+    gq, gk = (np.zeros(n, np.int64), np.zeros(m, np.int64)) if groups is None else (np.asarray(g) for g in groups)
+    if len(gq) != n or len(gk) != m:
+        raise ValueError(f"groups of {len(gq)} and {len(gk)} for {n} queries and {m} keys")
+    allowed = gq[:, None] == gk[None, :]
+    if causal:
+        if any((gq == g).sum() != (gk == g).sum() for g in np.unique(np.concatenate([gq, gk]))):
+            raise ValueError(f"a causal head attends over its own positions: {n} queries but {m} keys")
+        allowed &= _position_in_group(gq)[:, None] >= _position_in_group(gk)[None, :]
     scores = np.asarray(queries, np.float64) @ np.asarray(keys, np.float64).T / np.sqrt(q.shape[1])
     masked = np.where(allowed, scores, -np.inf)
     weights = np.exp(masked - masked.max(1, keepdims=True))

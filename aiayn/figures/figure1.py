@@ -408,7 +408,8 @@ def next_piece_figure(rows: Sequence[tuple[str, Sequence[str], Sequence[float]]]
 
 # -- queries and keys of one head (AttentionViz) ---------------------------------------------------------------------
 def qk_space_figure(space, query_tokens: Sequence[str], key_tokens: Sequence[str], *, title: str,
-                    presenter: bool = False, template: str | None = None) -> go.Figure:
+                    groups: tuple[np.ndarray, np.ndarray] | None = None, presenter: bool = False,
+                    template: str | None = None) -> go.Figure:
     """One head's queries (circles) and keys (diamonds) in one 2-D space (:func:`aiayn.analysis.qk_space.qk_space`),
     each point labelled with its piece and coloured by its position; a thin line joins each query to the key it
     gives the most weight. Hover: the piece, its position and, for a query, its three largest weights.
@@ -417,6 +418,9 @@ def qk_space_figure(space, query_tokens: Sequence[str], key_tokens: Sequence[str
         space: :class:`~aiayn.analysis.qk_space.QKSpace` with N queries and M keys.
         query_tokens / key_tokens: N and M pieces.
         title: the figure's title (the block and head).
+        groups: the sentence id of each query and key (many sentences at once, AttentionViz's global view, as
+            :func:`aiayn.analysis.qk_space.qk_space` got them): points are then unlabelled and unjoined, coloured
+            by their position relative to their sentence's length, the sentence named in the hover.
         presenter: larger labels and markers, for a projector.
 
     Raises:
@@ -426,31 +430,53 @@ def qk_space_figure(space, query_tokens: Sequence[str], key_tokens: Sequence[str
     if len(query_tokens) != n or len(key_tokens) != m:
         raise ValueError(f"{n} queries and {m} keys, but {len(query_tokens)} and {len(key_tokens)} pieces")
     fig = go.Figure()
-    xs, ys = [], []
-    for i, j in enumerate(space.top_key):
-        xs += [space.query_xy[i, 0], space.key_xy[j, 0], None]
-        ys += [space.query_xy[i, 1], space.key_xy[j, 1], None]
-    fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(width=1, color="#bbbbbb"), hoverinfo="skip",
-                    name="query → its top key")
+    if groups is None:  # one sentence: each query joined to its top key
+        xs, ys = [], []
+        for i, j in enumerate(space.top_key):
+            xs += [space.query_xy[i, 0], space.key_xy[j, 0], None]
+            ys += [space.query_xy[i, 1], space.key_xy[j, 1], None]
+        fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(width=1, color="#bbbbbb"), hoverinfo="skip",
+                        name="query → its top key")
+        gq, gk = np.zeros(n, np.int64), np.zeros(m, np.int64)
+    else:
+        gq, gk = (np.asarray(g) for g in groups)
+
+    def where(g: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Each point's index in its sentence, its position relative to the sentence's length (0..1), and the
+        sentence's name for the hover."""
+        index = np.zeros(len(g), dtype=np.int64)
+        for i in range(1, len(g)):
+            index[i] = index[i - 1] + 1 if g[i] == g[i - 1] else 0
+        length = np.array([(g == v).sum() for v in g])
+        return index, index / np.maximum(length - 1, 1), ["" if groups is None else f"sentence {v + 1} · " for v in g]
+
+    qi, qrel, qname = where(gq)
+    ki, krel, kname = where(gk)
+    if groups is None:  # one sentence: positions relative to the longer side, as the axes show them
+        qrel, krel = qi / (max(n, m) - 1 or 1), ki / (max(n, m) - 1 or 1)
     hover = []
     for i, tok in enumerate(query_tokens):
         top = np.argsort(-space.weights[i])[:3]
-        hover.append(f"query {i}: {_text(tok)}<br>" + "<br>".join(
-            f"→ {j}: {_text(key_tokens[j])} {space.weights[i, j]:.2f}" for j in top if space.allowed[i, j]))
-    longest = max(n, m) - 1 or 1
-    for role, xy, tokens, symbol, texts in (("query", space.query_xy, query_tokens, "circle", hover),
-                                            ("key", space.key_xy, key_tokens, "diamond",
-                                             [f"key {j}: {_text(t)}" for j, t in enumerate(key_tokens)])):
-        fig.add_scatter(x=xy[:, 0], y=xy[:, 1], mode="markers+text", name="queries" if role == "query" else "keys",
-                        text=[_text(tree_label(t, TREE_WINDOW)) for t in tokens],
+        hover.append(f"{qname[i]}query {qi[i]}: {_text(tok)}<br>" + "<br>".join(
+            f"→ {ki[j]}: {_text(key_tokens[j])} {space.weights[i, j]:.2f}" for j in top if space.allowed[i, j]))
+    labelled = groups is None
+    for role, xy, tokens, symbol, texts, colour in (
+            ("query", space.query_xy, query_tokens, "circle", hover, qrel),
+            ("key", space.key_xy, key_tokens, "diamond",
+             [f"{kname[j]}key {ki[j]}: {_text(t)}" for j, t in enumerate(key_tokens)], krel)):
+        fig.add_scatter(x=xy[:, 0], y=xy[:, 1], mode="markers+text" if labelled else "markers",
+                        name="queries" if role == "query" else "keys",
+                        text=[_text(tree_label(t, TREE_WINDOW)) for t in tokens] if labelled else None,
                         textposition="top center" if role == "query" else "bottom center",
                         textfont=dict(size=17 if presenter else TREE_LABEL_PX + 1), hovertext=texts,
                         hoverinfo="text",
-                        marker=dict(symbol=symbol, size=(11 if role == "query" else 12) + (5 if presenter else 0),
-                                    color=np.arange(len(tokens)) / longest, colorscale="Viridis", cmin=0, cmax=1,
+                        marker=dict(symbol=symbol, size=((11 if role == "query" else 12) if labelled else 7)
+                                    + (5 if presenter else 0), opacity=1 if labelled else 0.75,
+                                    color=colour, colorscale="Viridis", cmin=0, cmax=1,
                                     line=dict(width=1.5, color="#333333" if role == "key" else "#ffffff"),
                                     showscale=role == "query",
-                                    colorbar=dict(title="position", tickvals=[0, 1], ticktext=["first", "last"],
+                                    colorbar=dict(title="position" if labelled else "position in<br>its sentence",
+                                                  tickvals=[0, 1], ticktext=["first", "last"],
                                                   len=0.6)))
     fig.update_layout(title=title, height=480, margin=dict(l=10, r=10, t=50, b=40),
                       xaxis=dict(title=f"component 1 ({space.explained[0]:.0%} of the variance)", zeroline=False),
