@@ -123,6 +123,13 @@ def _query_keys(direction: str, model: tuple[str, str], text: str, kind: str, la
     return q[0].numpy(), k[0].numpy()
 
 
+def _qk_tokens(meta: dict, kind: str) -> tuple[list[str], list[str]]:
+    """The pieces of the queries and of the keys of an attention ``kind``: the source's for the encoder, the decoder
+    input's for masked self-attention, decoder input and source for encoder-decoder attention."""
+    src, dec = meta["src_tokens"], meta["decoder_input_tokens"]
+    return (src, src) if kind == "encoder" else ((dec, dec) if kind == "decoder" else (dec, src))
+
+
 @st.cache_data(max_entries=32, show_spinner="Translating and tracing every example sentence…")
 def _query_keys_all(direction: str, model: tuple[str, str], texts: tuple, kind: str, layer: int):
     """For each text: every head's queries and keys of one attention block over its beam output, with the pieces
@@ -132,9 +139,7 @@ def _query_keys_all(direction: str, model: tuple[str, str], texts: tuple, kind: 
     for text in texts:
         trace = queue.run(t.trace, text)
         q, k = queue.run(calls.query_keys, t.model, trace, kind, layer)
-        q_tokens = trace.meta["src_tokens"] if kind == "encoder" else trace.meta["decoder_input_tokens"]
-        k_tokens = trace.meta["src_tokens"] if kind != "decoder" else trace.meta["decoder_input_tokens"]
-        out.append((q[0].numpy(), k[0].numpy(), q_tokens, k_tokens))
+        out.append((q[0].numpy(), k[0].numpy(), *_qk_tokens(trace.meta, kind)))
     return out
 
 
@@ -146,7 +151,7 @@ def qk_section(block: str) -> None:
             st.session_state[key] = st.session_state[key]
     side, layer, sub = block.split(".")
     kind = "encoder" if side == "enc" else ("decoder" if sub == "self_attn" else "cross")
-    with st.expander(f"Queries and keys of one head of this block in one space (AttentionViz)", key="open_qk",
+    with st.expander("Queries and keys of one head of this block in one space (AttentionViz)", key="open_qk",
                      on_change="rerun", bind="query-params", icon=":material/scatter_plot:") as box:
         if not box.open:
             return
@@ -173,8 +178,7 @@ def qk_section(block: str) -> None:
         else:
             q, k = _query_keys(ctx.direction, model_key, cleaned, kind, int(layer))
             space, groups = qk_space(q[h], k[h], causal=kind == "decoder"), None
-            q_tokens = trace.meta["src_tokens"] if kind == "encoder" else trace.meta["decoder_input_tokens"]
-            k_tokens = trace.meta["src_tokens"] if kind != "decoder" else trace.meta["decoder_input_tokens"]
+            q_tokens, k_tokens = _qk_tokens(trace.meta, kind)
             title = f"{where}, head {head}: queries and keys"
         ui.show_figure(f1.qk_space_figure(space, q_tokens, k_tokens, title=title, groups=groups,
                                           presenter=ctx.presenter, template=ctx.template), key="qk_space",
