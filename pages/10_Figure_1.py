@@ -165,7 +165,8 @@ def qk_section(block: str) -> None:
                                "points coloured by their place in their sentence show whether the head attends by "
                                "position; each query still attends to its own sentence's keys only.")
         h = int(head) - 1
-        where = labels[block].split(":")[0]
+        where = labels[block].split(":")[0] + {"encoder": " self-attention", "decoder": " masked self-attention",
+                                                "cross": " encoder-decoder attention"}[kind]
         if every:
             rows = _query_keys_all(ctx.direction, model_key, texts, kind, int(layer))
             groups = (np.concatenate([np.full(len(r[2]), i) for i, r in enumerate(rows)]),

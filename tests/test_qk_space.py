@@ -127,7 +127,7 @@ def test_figure_1_page_draws_the_query_key_space_of_an_attention_block(checkpoin
     at = open_page(page, {"block": "dec.2.cross_attn", "open_qk": "true", "qk_head": "3"})
     assert not at.exception
     spec = charts(at)["qk_space"]
-    assert "Decoder layer 2, head 3" in spec["layout"]["title"]["text"]
+    assert "Decoder layer 2 encoder-decoder attention, head 3" in spec["layout"]["title"]["text"]
     queries, keys = spec["data"][1], spec["data"][2]
     assert queries["name"] == "queries" and keys["name"] == "keys"
     assert len(arr(queries["x"])) * 3 == len(spec["data"][0]["x"])  # one line to its top key per query
@@ -135,7 +135,7 @@ def test_figure_1_page_draws_the_query_key_space_of_an_attention_block(checkpoin
     assert any("Spearman correlation of **" in c.value for c in at.caption)
     bad = open_page(page, {"block": "enc.1.self_attn", "open_qk": "true", "qk_head": "99"})
     assert not bad.exception and any("qk_head=99" in w.value for w in bad.warning)
-    assert "Encoder layer 1, head 1" in charts(bad)["qk_space"]["layout"]["title"]["text"]
+    assert "Encoder layer 1 self-attention, head 1" in charts(bad)["qk_space"]["layout"]["title"]["text"]
     many = open_page(page, {"block": "enc.2.self_attn", "open_qk": "true", "qk_all": "true"})
     assert not many.exception
     spec = charts(many)["qk_space"]
@@ -181,3 +181,30 @@ def test_many_sentences_in_one_space_keep_each_sentences_own_attention():
     assert [t.mode for t in fig.data] == ["markers", "markers"]  # unlabelled, unjoined
     assert fig.data[0].hovertext[3].startswith("sentence 2 · query 0: a")
     np.testing.assert_allclose(fig.data[0].marker.color[:3], [0, 0.5, 1])  # place in its own sentence
+
+
+def test_the_explorer_links_one_head_to_its_query_key_space(checkpoints):
+    """Under one head's map of the model's own output, a link opens the Figure 1 page on the same sentence, block
+    and head with the section open; the mean over heads and a teacher-forced output get no link."""
+    from urllib.parse import parse_qs
+
+    from app_pages import open_page
+
+    page = "pages/2_Attention_Explorer.py"
+
+    def links(at):
+        return [parse_qs(pl.proto.query_string) for pl in at.get("page_link")
+                if pl.proto.label.startswith("This head's queries and keys")]
+
+    at = open_page(page, {"text": "The house is small.", "kind": "cross", "layer": "2", "head": "2"}, tab="head")
+    assert not at.exception and "head_view" in [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    assert links(at) == [{"text": ["The house is small."], "block": ["dec.2.cross_attn"], "open_qk": ["true"],
+                          "qk_head": ["2"]}]
+    enc = open_page(page, {"text": "The house is small.", "kind": "encoder", "layer": "1", "head": "2"}, tab="head")
+    assert [q["block"] for q in links(enc)] == [["enc.1.self_attn"]]
+    assert links(open_page(page, {"text": "The house is small.", "kind": "cross", "layer": "2"}, tab="head")) == []
+    forced = open_page(page, {"text": "The house is small.", "ref": "Das Haus ist klein.", "kind": "cross",
+                              "layer": "2", "head": "2", "mode": "forced"}, tab="head")
+    assert not forced.exception and links(forced) == []
+    assert any("head_view" in el.proto.id for el in forced.get("plotly_chart"))  # the map is drawn, the link is not
+    assert any("teacher" in m.value.lower() or "reference" in m.value.lower() for m in forced.markdown)

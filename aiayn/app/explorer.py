@@ -310,6 +310,30 @@ def one_head_tab(v: ExplorerView, stack: np.ndarray, q_lab: list[str], k_lab: li
                             zmax=1.0 if v.values and v.measure == "weights" else None, template=v.ctx.template,
                             colorbar_title="||αf(x)||" if v.measure == "norm-based" else "weight")
     show_figure(fig, key="head_view", filename=v.stem, height=chart_height(fig.layout.height, v.ctx.presenter))
+    qk_link(v)
+
+
+#: the Figure 1 page, which draws one head's queries and keys (:func:`qk_link`)
+FIGURE1_PAGE = "pages/10_Figure_1.py"
+#: Figure 1's block of each attention kind, ``{layer}`` filled in
+QK_BLOCKS = {"encoder": "enc.{layer}.self_attn", "decoder": "dec.{layer}.self_attn", "cross": "dec.{layer}.cross_attn"}
+
+
+def qk_link(v: ExplorerView) -> dict[str, str] | None:
+    """Under one head's map: a link to the Figure 1 page showing the same head's queries and keys in one space
+    (AttentionViz) for the same sentence's beam-search output, the output this view shows when it is the model's
+    own (no reference fed, no forced start). Returns the link's query parameters, None when no link is drawn (the
+    mean over heads, or another output than the beam's)."""
+    from .frame import nav_query_params, page_link
+
+    t = v.translation
+    if v.head is None or t.mode == "teacher-forced" or forced_pieces(t):
+        return None
+    params = nav_query_params(text=t.source, block=QK_BLOCKS[v.kind].format(layer=v.layer), open_qk="true",
+                              qk_head=str(v.head))
+    page_link(FIGURE1_PAGE, label="This head's queries and keys in one space (Figure 1 page)",
+              icon=":material/scatter_plot:", query_params=params)
+    return params
 
 
 def open_picked_head() -> None:
