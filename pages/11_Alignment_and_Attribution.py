@@ -166,8 +166,10 @@ def _contrast_output(direction: str, model: tuple[str, str], text: str):  # noqa
 @st.cache_data(max_entries=64, show_spinner="Attribution of the contrast (one backward pass per step up to it)…")
 def _contrast(direction: str, model: tuple[str, str], src_ids: tuple, out_ids: tuple, step: int, foil: int,  # noqa: ARG001
               method: str):
-    t = load_translator(direction)
-    return decode_queue(direction).run(contrast, t, src_ids, out_ids, step, foil, method=method, steps=64)
+    # in this session's own thread, not the decode queue's turn (as the gold sentence's attribution above): one
+    # backward pass per step up to the one asked, 65 points each for integrated gradients, is seconds on a
+    # paper-size model, and a class's translations must not wait behind it (issue 22)
+    return contrast(load_translator(direction), src_ids, out_ids, step, foil, method=method, steps=64)
 
 
 own = st.text_input(f"Sentence ({ctx.src_lang.upper()})", value=CONTRAST_DEFAULT.get(ctx.direction, "I have no time."),
