@@ -136,9 +136,9 @@ def _query_keys_all(direction: str, model: tuple[str, str], texts: tuple, kind: 
     of both sides (AttentionViz's global view, many sentences in one picture)."""
     t, queue = load_translator(direction), decode_queue(direction)
     out = []
-    for text in texts:
-        trace = queue.run(t.trace, text)
-        q, k = queue.run(calls.query_keys, t.model, trace, kind, layer)
+    for text in texts:  # background pieces of one sentence each: a class's translations go first
+        trace = queue.run_background(t.trace, text)
+        q, k = queue.run_background(calls.query_keys, t.model, trace, kind, layer)
         out.append((q[0].numpy(), k[0].numpy(), *_qk_tokens(trace.meta, kind)))
     return out
 
