@@ -95,3 +95,33 @@ def test_a_deep_link_restores_the_view_and_the_head_goes_to_the_url(fresh_server
     assert q["method"] == ["integrated_gradients"], page.url
     assert "layer 1 head 5 (" in " | ".join(_titles(page))
     assert not page.console_errors(), page.console_errors()
+
+
+def test_contrast_section_explains_a_step_and_takes_a_typed_piece(fresh_server, page, e2e_checkpoints):
+    """The last section on the student's own sentence: the chart asks why the least certain step's piece and not the
+    most probable other one; a typed word redraws it against that word's piece."""
+    import os
+
+    from e2e_harness import SCREENSHOTS
+
+    page.set_viewport_size({"width": 1366, "height": 768})
+    page.goto(page_url(fresh_server, PAGE, "ctext=The%20cat%20sat%20on%20the%20mat."))
+    wait_ready(page, timeout=240_000)
+    assert page.locator("[data-testid=stException]").count() == 0
+    _wait_title(page, r"^Why .* at step \d+: log-odds")
+    first = [t for t in _titles(page) if t.startswith("Why ")]
+    page.get_by_text("Why this piece and not that one?").scroll_into_view_if_needed()
+    box = page.locator("[data-testid=stMain]").get_by_role("textbox", name=re.compile(r"or type a piece"))
+    box.fill("atte")  # the rest of "Matte" as the shipped vocabulary cuts it
+    box.press("Enter")
+    page.wait_for_function("(old) => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot .gtitle')]"
+                           ".some(e => e.textContent.startsWith('Why ') && e.textContent !== old)", arg=first[0],
+                           timeout=120_000)
+    assert any(" not atte " in t or " not ▁at" in t for t in _titles(page) if t.startswith("Why ")), _titles(page)
+    if os.environ.get("AIAYN_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.get_by_text("Beam search output:").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.mouse.move(700, 30)
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(SCREENSHOTS / "11_alignment_contrast.png"))
+    assert not page.console_errors(), page.console_errors()

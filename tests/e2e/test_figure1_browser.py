@@ -127,3 +127,30 @@ def test_lesson_step_above_the_fold_normal_and_presenter(server, page):
     pg.locator(".st-key-beam_tree").scroll_into_view_if_needed()
     _viewport_shot(pg, "presenter_figure_1_tree")
     assert not pg.console_errors()
+
+
+def test_query_key_section_opens_and_its_head_and_all_sentences_go_to_the_url(server, page):
+    """An attention block's query-key section: closed on the first draw; opened, it draws the head's queries and keys;
+    a click on another head and on the all-sentences toggle redraws it and writes both to the URL."""
+    pg = page
+    pg.set_viewport_size({"width": 1366, "height": 768})
+    pg.goto(page_url(server, PAGE, "text=I%20have%20no%20time.&block=dec.2.cross_attn"))
+    wait_ready(pg)
+    titles = "() => [...document.querySelectorAll('.gtitle')].map(e => e.textContent)"
+    assert not any("queries and keys" in t for t in pg.evaluate(titles))
+    pg.get_by_text("Queries and keys of one head of this block in one space (AttentionViz)", exact=True).click()
+    pg.wait_for_function("() => location.search.includes('open_qk=true')")
+    pg.wait_for_function(f"() => ({titles})().some(t => t.includes('encoder-decoder attention, head 1: queries and keys'))")
+    pg.locator("[data-testid=stMain]").get_by_role("radiogroup", name="Head").get_by_role("radio", name="3", exact=True).click()
+    pg.wait_for_function("() => new URL(location.href).searchParams.get('qk_head') === '3'")
+    pg.wait_for_function(f"() => ({titles})().some(t => t.includes('head 3: queries and keys'))")
+    pg.get_by_text("Spearman correlation of").first.wait_for()
+    pg.locator("[data-testid=stMain]").get_by_role("radiogroup", name="Head").evaluate(
+        "e => e.scrollIntoView({block: 'start'})")
+    pg.mouse.move(700, 30)
+    _viewport_shot(pg, "10_figure_1_query_key_space")
+    pg.locator("[data-testid=stMain]").get_by_text("sentences at once").click()
+    pg.wait_for_function("() => new URL(location.href).searchParams.get('qk_all') === 'true'")
+    pg.wait_for_function(f"() => ({titles})().some(t => /head 3: queries and keys of \\d+ sentences/.test(t))",
+                         timeout=120_000)
+    assert not pg.console_errors()
