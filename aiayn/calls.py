@@ -367,11 +367,13 @@ ATTRIBUTION_METHODS = ("integrated_gradients", "grad_x_input")
 ATTRIBUTION_BASELINES = ("zero", "pad")
 
 
-def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: Tensor, foil: Tensor | None = None):
+def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: Tensor, foil: Tensor | None = None,
+                        positions: Sequence[int] | None = None):
     """``f([src_e (m, S, D), dec_e (m, T, D)]) -> (m, T)`` ``log p(target[t])`` of the model run with its
     embedding tables' outputs ``E[ids]`` replaced by the given tensors (then x sqrt(d_model) + PE inside
     :meth:`~aiayn.model.transformer.Transformer.embed`, as always); with ``foil`` ``(1, T)``, ``log p(target[t]) -
-    log p(foil[t])`` (0 where they are the same piece). The replacement is a forward hook that lives
+    log p(foil[t])`` (0 where they are the same piece); with ``positions``, only those columns (one backward pass
+    each in :func:`aiayn.analysis.attribution.gradients`). The replacement is a forward hook that lives
     for one call of f and fires only in its thread; encode runs before decode, so the first table call gets the
     source and the second the decoder input (one shared table or two)."""
     import threading
@@ -401,17 +403,17 @@ def _embedding_function(model: "Transformer", src: Tensor, dec: Tensor, target: 
         if queue:
             raise RuntimeError("the model did not call its embedding tables once per side")
         log_probs = torch.log_softmax(logits.float(), dim=-1)
-        chosen = log_probs.gather(-1, target.expand(m, -1)[..., None]).squeeze(-1)
-        if foil is None:
-            return chosen
-        return chosen - log_probs.gather(-1, foil.expand(m, -1)[..., None]).squeeze(-1)
+        value = log_probs.gather(-1, target.expand(m, -1)[..., None]).squeeze(-1)
+        if foil is not None:
+            value = value - log_probs.gather(-1, foil.expand(m, -1)[..., None]).squeeze(-1)
+        return value if positions is None else value[:, list(positions)]
 
     return f
 
 
 def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence[int], *,
               method: str = "integrated_gradients", steps: int = 128, baseline: str = "zero",
-              foil_ids: Sequence[int] | None = None) -> Attributed:
+              foil_ids: Sequence[int] | None = None, positions: Sequence[int] | None = None) -> Attributed:
     """Attribution of each target piece's log-probability (teacher-forced, as :func:`teacher_forced`) to the
     source and decoder-input embeddings (:mod:`aiayn.analysis.attribution`); with ``foil_ids``, of the
     contrast ``log p(target[t]) - log p(foil[t])``: why the model prefers this piece to that one at the same step
@@ -431,6 +433,8 @@ def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence
         baseline: ``"zero"`` (x' = 0) or ``"pad"`` (every piece's embedding replaced by ``<pad>``'s).
         foil_ids: one piece per target position, the alternative each is contrasted with (the target's own
             piece where no contrast is wanted: that step's value and attribution are 0); None: no contrast.
+        positions: attribute only these target positions (one backward pass each instead of one per target
+            piece); the other rows of ``source`` and ``prefix`` are 0 and their ``log_prob`` NaN. None: all.
 
     Returns:
         :class:`Attributed` (NumPy, CPU); with ``foil_ids`` its ``log_prob`` (and ``baseline_log_prob``) hold the
@@ -438,7 +442,7 @@ def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence
 
     Raises:
         ValueError: unknown method or baseline, bad ``steps``, ids malformed (as :func:`teacher_forced`),
-            ``foil_ids`` not one valid piece per target position.
+            ``foil_ids`` not one valid piece per target position, ``positions`` empty or outside the target.
     """
     from .analysis import attribution as at
 
@@ -458,20 +462,31 @@ def attribute(model: "Transformer", src_ids: Sequence[int], target_ids: Sequence
             raise ValueError(f"foil_ids must hold one piece id in [0, {cfg.vocab_size}) per target position "
                              f"({len(target_ids)}), got {len(foil_ids)}")
         foil = torch.tensor([[int(i) for i in foil_ids]], dtype=torch.long, device=device)
+    if positions is not None:
+        positions = [int(t) for t in positions]
+        if not positions or not all(0 <= t < len(target_ids) for t in positions):
+            raise ValueError(f"positions must be target positions 0..{len(target_ids) - 1}, got {positions}")
     dec = shift_right(cfg, target)
     src_table = model.embedding if cfg.share_embeddings else model.src_embedding
     tgt_table = model.embedding if cfg.share_embeddings else model.tgt_embedding
     with torch.no_grad():
         inputs = [src_table(src[0]).float(), tgt_table(dec[0]).float()]
         pads = [src_table.weight[cfg.pad_id].float(), tgt_table.weight[cfg.pad_id].float()]
-    f = _embedding_function(model, src, dec, target, foil)
+    f = _embedding_function(model, src, dec, target, foil, positions)
     if method == "grad_x_input":
         res = at.grad_times_input(f, inputs)
     else:
         bases = [torch.zeros_like(x) if baseline == "zero" else p.expand_as(x) for x, p in zip(inputs, pads)]
         res = at.integrated_gradients(f, inputs, bases, steps)
-    return Attributed(res.scores[0], res.scores[1], res.value, res.baseline_value, [int(i) for i in target_ids],
-                      dec[0].tolist())
+    scores, value, base = res.scores, res.value, res.baseline_value
+    if positions is not None:  # back to one row per target position
+        T = len(target_ids)
+        scores = [np.zeros((T,) + a.shape[1:]) for a in scores]
+        value, base = np.full(T, np.nan), np.full(T, np.nan)
+        for a, b in zip(scores, res.scores):
+            a[positions] = b
+        value[positions], base[positions] = res.value, res.baseline_value
+    return Attributed(scores[0], scores[1], value, base, [int(i) for i in target_ids], dec[0].tolist())
 
 
 def norm_based_maps(model: "Transformer", src: Tensor, target: Tensor) -> dict[str, np.ndarray]:

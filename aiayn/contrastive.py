@@ -106,11 +106,11 @@ def contrast(tr: "Translator", src_ids: Sequence[int], output_ids: Sequence[int]
         raise ValueError(f"step must be between 0 and {len(out) - 1}, got {step}")
     if int(foil_id) == out[step]:
         raise ValueError(f"the foil must differ from the chosen piece {tr.pieces([out[step]])[0]!r}")
-    # the decoder is causal: step t depends on the output up to t only, so the pass stops there (t + 1 backward
-    # passes instead of one per output piece); every earlier step is its own foil (contrast 0)
+    # the decoder is causal: step t depends on the output up to t only, so the pass stops there, and only step t is
+    # attributed (one backward pass per path point, not one per output piece)
     head = out[:step + 1]
     foils = head[:-1] + [int(foil_id)]
-    attr = calls.attribute(tr.model, src_ids, head, method=method, steps=steps, foil_ids=foils)
+    attr = calls.attribute(tr.model, src_ids, head, method=method, steps=steps, foil_ids=foils, positions=[step])
     alt = calls.teacher_forced_ids(tr.model, [list(src_ids)], [head]).log_probs[0, step].exp().float().cpu()
     return Contrast(step, tr.pieces([out[step]])[0], tr.pieces([int(foil_id)])[0], float(alt[out[step]]),
                     float(alt[int(foil_id)]), np.asarray(attr.source[step], dtype=np.float64),

@@ -91,3 +91,21 @@ def test_a_typed_foil_is_a_word_initial_piece_then_a_piece_then_a_words_first_pi
     assert tok.piece_to_id("▁Matte") == tok.piece_to_id("Matte") == tok.unk_id
     assert foil_from_text(tok, "Matte") == calls.encode_target(tok, "Matte")[0] == tok.piece_to_id("▁M")
     assert foil_from_text(tok, "   ") is None
+
+
+def test_attributing_chosen_positions_gives_the_full_rows_and_leaves_the_rest_empty(case):
+    """positions=[t] computes row t alone (what contrast asks for): equal to that row of the full attribution,
+    the other rows 0 with a NaN value; positions outside the target are refused."""
+    tr, src, out = case
+    t = len(out) // 2
+    full = calls.attribute(tr.model, src, out, method="integrated_gradients", steps=16)
+    one = calls.attribute(tr.model, src, out, method="integrated_gradients", steps=16, positions=[t])
+    np.testing.assert_allclose(one.source[t], full.source[t], atol=1e-6)
+    np.testing.assert_allclose(one.prefix[t], full.prefix[t], atol=1e-6)
+    assert one.log_prob[t] == pytest.approx(full.log_prob[t], abs=1e-6)
+    others = [i for i in range(len(out)) if i != t]
+    assert not one.source[others].any() and not one.prefix[others].any() and np.isnan(one.log_prob[others]).all()
+    with pytest.raises(ValueError, match="positions must be"):
+        calls.attribute(tr.model, src, out, method="grad_x_input", positions=[len(out)])
+    with pytest.raises(ValueError, match="positions must be"):
+        calls.attribute(tr.model, src, out, method="grad_x_input", positions=[])
