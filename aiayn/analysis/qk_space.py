@@ -91,8 +91,8 @@ def _pca2(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, explained
 
 
-def _position_in_group(groups: np.ndarray) -> np.ndarray:
-    """Each element's index within its run of equal group ids (the groups given one sentence after another)."""
+def position_in_group(groups: np.ndarray) -> np.ndarray:
+    """``(n,)`` int64: each element's index within its run of equal group ids (sentences given one after another)."""
     pos = np.zeros(len(groups), dtype=np.int64)
     for i in range(1, len(groups)):
         pos[i] = pos[i - 1] + 1 if groups[i] == groups[i - 1] else 0
@@ -127,7 +127,7 @@ def qk_space(queries: np.ndarray, keys: np.ndarray, *, causal: bool = False,
     if causal:
         if any((gq == g).sum() != (gk == g).sum() for g in np.unique(np.concatenate([gq, gk]))):
             raise ValueError(f"a causal head attends over its own positions: {n} queries but {m} keys")
-        allowed &= _position_in_group(gq)[:, None] >= _position_in_group(gk)[None, :]
+        allowed &= position_in_group(gq)[:, None] >= position_in_group(gk)[None, :]
     scores = np.asarray(queries, np.float64) @ np.asarray(keys, np.float64).T / np.sqrt(q.shape[1])
     masked = np.where(allowed, scores, -np.inf)
     weights = np.exp(masked - masked.max(1, keepdims=True))

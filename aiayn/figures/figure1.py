@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from ..analysis.qk_space import position_in_group
 from .theme import use_template
 
 _SUBLAYER_TITLES = {"self_attn": "Multi-head self-attention", "cross_attn": "Encoder-decoder attention",
@@ -441,19 +442,14 @@ def qk_space_figure(space, query_tokens: Sequence[str], key_tokens: Sequence[str
     else:
         gq, gk = (np.asarray(g) for g in groups)
 
-    def where(g: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """Each point's index in its sentence, its position relative to the sentence's length (0..1), and the
-        sentence's name for the hover."""
-        index = np.zeros(len(g), dtype=np.int64)
-        for i in range(1, len(g)):
-            index[i] = index[i - 1] + 1 if g[i] == g[i - 1] else 0
-        length = np.array([(g == v).sum() for v in g])
-        return index, index / np.maximum(length - 1, 1), ["" if groups is None else f"sentence {v + 1} · " for v in g]
-
-    qi, qrel, qname = where(gq)
-    ki, krel, kname = where(gk)
-    if groups is None:  # one sentence: positions relative to the longer side, as the axes show them
+    qi, ki = position_in_group(gq), position_in_group(gk)
+    if groups is None:  # one sentence: positions relative to the longer side
         qrel, krel = qi / (max(n, m) - 1 or 1), ki / (max(n, m) - 1 or 1)
+    else:  # each point's place in its own sentence, 0 (first) to 1 (last)
+        qrel = qi / np.maximum(np.bincount(gq)[gq] - 1, 1)
+        krel = ki / np.maximum(np.bincount(gk)[gk] - 1, 1)
+    qname, kname = ([""] * n, [""] * m) if groups is None else (
+        [f"sentence {v + 1} · " for v in gq], [f"sentence {v + 1} · " for v in gk])
     hover = []
     for i, tok in enumerate(query_tokens):
         top = np.argsort(-space.weights[i])[:3]
