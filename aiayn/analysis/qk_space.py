@@ -15,14 +15,16 @@ The projection is PCA of the joint set (NumPy SVD, deterministic signs); Attenti
 which fit many sentences better but are not deterministic and are not used here. How faithful the 2-D picture is
 for a sentence is measured, not assumed: :attr:`QKSpace.rank_agreement`.
 
-NumPy and SciPy only; the vectors come from :func:`aiayn.calls.query_keys`.
+NumPy only (Spearman's rho from :func:`aiayn.analysis.attribution.rank_agreement`); the vectors come from
+:func:`aiayn.calls.query_keys`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import spearmanr
+
+from .attribution import rank_agreement
 
 
 @dataclass
@@ -135,9 +137,7 @@ def qk_space(queries: np.ndarray, keys: np.ndarray, *, causal: bool = False,
     coords, explained = _pca2(np.concatenate([q, k]))
     qxy, kxy = coords[:n], coords[n:]
     distance = np.linalg.norm(qxy[:, None, :] - kxy[None, :, :], axis=-1)
-    rhos = []
-    for i in range(n):
-        cols = np.flatnonzero(allowed[i])
-        if len(cols) >= 3 and np.ptp(scores[i, cols]) > 0 and np.ptp(distance[i, cols]) > 0:
-            rhos.append(spearmanr(scores[i, cols], -distance[i, cols]).statistic)
-    return QKSpace(qxy, kxy, explained, weights, allowed, weights.argmax(1), float(np.mean(rhos)) if rhos else float("nan"), a)
+    rhos = [rank_agreement(scores[i, cols], -distance[i, cols])[0]
+            for i, cols in ((i, np.flatnonzero(allowed[i])) for i in range(n)) if len(cols) >= 3]
+    rho = float(np.nanmean(rhos)) if not np.isnan(rhos).all() else float("nan")  # NaN rows: constant scores
+    return QKSpace(qxy, kxy, explained, weights, allowed, weights.argmax(1), rho, a)
