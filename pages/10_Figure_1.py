@@ -14,7 +14,7 @@ from aiayn import calls
 from aiayn.app import lesson as lesson_ui
 from aiayn.app.explorer import explorer_prefix_link
 from aiayn.analysis.qk_space import qk_space
-from aiayn.app.models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
+from aiayn.app.models import decode_queue, load_translator, model_key as served_model
 from aiayn.examples import EXAMPLES
 from aiayn.figures import figure1 as f1
 from aiayn.lessons import figure1 as lesson
@@ -28,13 +28,6 @@ examples = EXAMPLES[ctx.direction]
 text = st.text_input(f"Sentence ({ctx.src_lang.upper()})", value=examples[0][0], key="text", bind="query-params",
                      max_chars=400)
 cleaned = ui.sentence_or_stop(text)
-
-
-def _model(direction: str) -> tuple[str, str]:
-    """The cache key of the model this session is served: the picked checkpoint's path and its stamp (two
-    sessions that picked different models of one direction must not share results; a re-export reloads)."""
-    path = checkpoint_path(direction)
-    return str(path), checkpoint_stamp(path)
 
 
 @st.cache_resource(max_entries=32, show_spinner="Running the model…")
@@ -75,7 +68,7 @@ def _chosen_probs(direction: str, model: tuple[str, str], src_ids: tuple, out_id
     return forced.target_log_probs(t.cfg.pad_id)[0].exp().cpu().numpy()
 
 
-model_key = _model(ctx.direction)
+model_key = served_model(ctx.direction)
 try:
     tree, lens = _walk(ctx.direction, model_key, cleaned)
 except ValueError as exc:

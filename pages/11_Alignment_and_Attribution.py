@@ -19,7 +19,7 @@ from aiayn.app.charts import show_figure
 from aiayn.app.downloads import download_buttons
 from aiayn.attribution_eval import corpus_rows, corpus_table, gold_sentence, read_attribution
 from aiayn import calls
-from aiayn.app.models import checkpoint_path, checkpoint_stamp, decode_queue, load_translator
+from aiayn.app.models import decode_queue, load_translator, model_key as served_model
 from aiayn.calls import ATTRIBUTION_METHODS
 from aiayn.contrastive import alternatives, contrast, foil_from_text
 from aiayn.figures.alignment import attribution_beside, contrast_figure, gold_alignment, head_grid
@@ -32,7 +32,7 @@ ctx = ui.setup_page("Alignment and attribution", icon=":material/join_inner:", i
     "2020). Below, one gold sentence: the chosen head's word alignment with the gold links, and **integrated "
     "gradients** of each target piece's log-probability beside the head's attention, with their rank agreement."))
 tr = ctx.translator
-model_key = (str(checkpoint_path(ctx.direction)), checkpoint_stamp(checkpoint_path(ctx.direction)))
+model_key = served_model(ctx.direction)
 path = ctx.checkpoint / ALIGN_FILE
 payload = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 # without alignment.json (an imported model, say) the gold-set grid is missing but one gold sentence still works
@@ -163,12 +163,12 @@ def _contrast_output(direction: str, model: tuple[str, str], text: str):  # noqa
     return out, queue.run(alternatives, t, out.src_ids, out.output_ids, min(10, t.cfg.vocab_size))
 
 
-@st.cache_data(max_entries=64, show_spinner="Attribution of the contrast (one backward pass per step up to it)…")
+@st.cache_data(max_entries=64, show_spinner="Attribution of the contrast…")
 def _contrast(direction: str, model: tuple[str, str], src_ids: tuple, out_ids: tuple, step: int, foil: int,  # noqa: ARG001
               method: str):
-    # in this session's own thread, not the decode queue's turn (as the gold sentence's attribution above): one
-    # backward pass per step up to the one asked, 65 points each for integrated gradients, is seconds on a
-    # paper-size model, and a class's translations must not wait behind it (issue 22)
+    # in this session's own thread, not the decode queue's turn (as the gold sentence's attribution above):
+    # integrated gradients' 65 backward passes of the whole prefix are seconds on a paper-size model, and a class's
+    # translations must not wait behind them (issue 22)
     return contrast(load_translator(direction), src_ids, out_ids, step, foil, method=method, steps=64)
 
 

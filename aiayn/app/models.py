@@ -49,6 +49,14 @@ def checkpoint_path(direction: str) -> Path:
     return chosen_checkpoint(direction)  # the sidebar's model picker (the shipped model by default)
 
 
+def model_key(direction: str) -> tuple[str, str]:
+    """The cache key of the model this session is served for ``direction``: the picked checkpoint's path and its
+    :func:`checkpoint_stamp` (two sessions that picked different models of one direction must not share results;
+    a re-export reloads). Raises ValueError as :func:`checkpoint_path`."""
+    path = checkpoint_path(direction)
+    return str(path), checkpoint_stamp(path)
+
+
 def checkpoint_stamp(path: str | Path) -> str:
     """Modification stamp (mtime in ns and size in bytes of each file of a checkpoint directory), part of
     the cache keys so that a re-exported checkpoint is reloaded; a missing file reads ``name:missing``."""
