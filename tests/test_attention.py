@@ -135,3 +135,21 @@ def test_kv_cache_appends_keys_step_by_step():
         assert cache.k.shape == (1, 2, t + 1, 8)
         torch.testing.assert_close(step.output[:, 0], full.output[:, t], atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(step.weights[..., 0, :], full.weights[..., t, : t + 1], atol=1e-6, rtol=1e-5)
+
+
+def test_fast_path_under_cpu_bf16_autocast_computes_in_float32():
+    """Training's CPU autocast hands bf16 q, k, v to the fast path; it computes the attention in float32 (torch's
+    bf16 CPU kernel is several times slower, docs/benchmarks.md) and returns bf16: the output is the float32
+    attention of those bf16 inputs, rounded once to bf16 - which attention computed in bf16 is not."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(4, 8, 30, 32) * 2 for _ in range(3))
+    mask = torch.ones(4, 1, 30, 30, dtype=torch.bool).tril()
+    qb, kb, vb = (t.bfloat16().requires_grad_() for t in (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = scaled_dot_product_attention(qb, kb, vb, mask).output
+    ref = torch.nn.functional.scaled_dot_product_attention(qb.detach().float(), kb.detach().float(),
+                                                           vb.detach().float(), attn_mask=mask)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, ref.bfloat16())
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 and t.grad.abs().sum() > 0 for t in (qb, kb, vb))

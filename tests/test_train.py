@@ -173,6 +173,35 @@ def test_label_smoothing_pads_ignored_random(eps):
     assert float(loss_bf) == pytest.approx(paper_smoothed_loss(logits.bfloat16().float(), target, eps, 0)[0], rel=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pad_id", [0, 57])
+def test_label_smoothed_loss_gradient_across_chunks(dtype, pad_id):
+    """On a CPU the loss is computed 256 rows at a time (recipe._ChunkedSmoothedCE): over 700 rows (three chunks,
+    the last partial) its value and its gradient equal F.cross_entropy's on the float32 logits, pad rows get a zero
+    gradient, the gradient has the logits' dtype, and the logits are left as they were (a float32 chunk is a view,
+    which the kernel must not overwrite)."""
+    torch.manual_seed(1)
+    logits = (torch.randn(7, 100, 64) * 4).to(dtype).requires_grad_()
+    before = logits.detach().clone()
+    target = torch.randint(0, 64, (7, 100))
+    target[target == pad_id] = (pad_id + 1) % 64
+    target[:, 90:] = pad_id
+    target[3] = pad_id
+    loss, n = label_smoothed_loss(logits, target, 0.1, pad_id=pad_id)
+    (g,) = torch.autograd.grad(loss * 0.5, logits)
+    ref_logits = logits.detach().float().requires_grad_()
+    ref = F.cross_entropy(ref_logits.reshape(-1, 64), target.reshape(-1), ignore_index=pad_id, label_smoothing=0.1,
+                          reduction="sum")
+    (ref_g,) = torch.autograd.grad(ref * 0.5, ref_logits)
+    assert torch.equal(logits.detach(), before)
+    assert int(n) == int((target != pad_id).sum())
+    assert float(loss) == pytest.approx(float(ref), rel=1e-6)
+    assert g.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 4e-3  # bf16 holds the gradient to 2^-8 of its size (<= 0.5 here)
+    assert torch.allclose(g.float(), ref_g, atol=tol, rtol=0)
+    assert not g[target == pad_id].any() and g[target != pad_id].abs().sum() > 0
+
+
 def test_label_smoothed_loss_gradient_is_p_minus_q():
     logits = torch.randn(2, 4, 7, requires_grad=True)
     target = torch.tensor([[1, 2, 3, 0], [4, 0, 0, 0]])

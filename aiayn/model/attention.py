@@ -78,7 +78,16 @@ def scaled_dot_product_attention(
         raise ValueError(f"attention masks are bool tensors (True = may attend), got {mask.dtype}")
     d_k = q.size(-1)
     if not (need_weights or need_scores):
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            # CPU bf16 autocast (training): torch's CPU flash-attention kernel is ~5x slower forward and backward
+            # in bf16 than in float32 at our shapes (docs/benchmarks.md, "bf16 attention on the CPU"), so the
+            # attention itself runs in float32 and only its output goes back to bf16. Autocast lists SDPA among
+            # its bf16 operators, so it is switched off around the call or it would cast the inputs back.
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                     dropout_p=dropout_p).to(q.dtype)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         if mask is not None:
             # SDPA gives NaN for a row whose keys are all masked: make it 0, as the capture path does.
             # Always applied (a no-op when every row has a key): testing first (`if not rows.all()`) would

@@ -72,9 +72,59 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: 
         non-pad target tokens (int64 scalar tensor on the device of ``target``, so that no GPU sync is forced;
         call ``int()`` on it when a Python number is needed).
     """
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=pad_id,
-                           label_smoothing=epsilon_ls, reduction="sum")
+    flat, tgt = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
+    if flat.device.type == "cpu":
+        loss = _ChunkedSmoothedCE.apply(flat, tgt, float(epsilon_ls), int(pad_id))
+    else:  # on a GPU the fused kernel of F.cross_entropy is already one pass
+        loss = F.cross_entropy(flat.float(), tgt, ignore_index=pad_id, label_smoothing=epsilon_ls, reduction="sum")
     return loss, (target != pad_id).sum()
+
+
+#: rows of logits :class:`_ChunkedSmoothedCE` converts and reduces at a time: 256 x 8,000 float32 is 8 MB, small
+#: enough for the allocator to reuse one block from chunk to chunk (a fresh 131 MB block costs its page faults)
+_CE_CHUNK_ROWS = 256
+
+
+class _ChunkedSmoothedCE(torch.autograd.Function):
+    """``F.cross_entropy(x.float(), y, ignore_index=pad, label_smoothing=eps, reduction="sum")`` for ``x`` ``(N, V)``
+    on a CPU, a block of rows at a time: per row ``logsumexp(x) - (1 - eps) x_y - (eps / V) sum_v x_v`` (the same
+    smoothed target ``q``), and the gradient ``softmax(x) - q`` written straight into ``x``'s dtype. It never holds a
+    float32 copy, a log-softmax or its gradient of the whole ``(N, V)`` block (each 131 MB at 4,096 x 8,000), which
+    F.cross_entropy writes and reads on bf16 logits: docs/benchmarks.md, "The training step on a CPU with AMX"."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, eps: float, pad: int) -> torch.Tensor:
+        n, v = x.shape
+        keep = y != pad
+        y_safe = torch.where(keep, y, 0).unsqueeze(1)  # the pad id may lie outside [0, V)
+        lse = torch.empty(n, dtype=torch.float32)
+        rows = torch.empty(n, dtype=torch.float32)
+        for i in range(0, n, _CE_CHUNK_ROWS):
+            sl = slice(i, i + _CE_CHUNK_ROWS)
+            xf = x[sl].to(torch.float32, copy=True)  # never a view: it is overwritten below
+            x_y = xf.gather(1, y_safe[sl]).squeeze(1)
+            x_sum = xf.sum(dim=-1)
+            m = xf.amax(dim=-1, keepdim=True).clamp_(min=torch.finfo(torch.float32).min)
+            lse_i = xf.sub_(m).exp_().sum(dim=-1).log_().add_(m.squeeze(1))
+            lse[sl] = lse_i
+            rows[sl] = lse_i - (1.0 - eps) * x_y - (eps / v) * x_sum
+        ctx.save_for_backward(x, y_safe, keep, lse)
+        ctx.eps = eps
+        return torch.where(keep, rows, 0.0).sum()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, y_safe, keep, lse = ctx.saved_tensors
+        n, v = x.shape
+        eps = ctx.eps
+        scale = torch.where(keep, grad.float(), 0.0).unsqueeze(1)
+        out = torch.empty_like(x)
+        for i in range(0, n, _CE_CHUNK_ROWS):
+            sl = slice(i, i + _CE_CHUNK_ROWS)
+            g = x[sl].to(torch.float32, copy=True).sub_(lse[sl].unsqueeze(1)).exp_().sub_(eps / v)
+            g.scatter_add_(1, y_safe[sl], torch.full((g.shape[0], 1), eps - 1.0))
+            out[sl] = g.mul_(scale[sl])
+        return out, None, None, None
 
 
 #: the implementations of Adam a run may use (``TrainConfig.adam_impl``): PyTorch's fused kernel (one per parameter
