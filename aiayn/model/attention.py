@@ -80,7 +80,7 @@ def scaled_dot_product_attention(
     if not (need_weights or need_scores):
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
             # CPU bf16 autocast (training): torch's CPU flash-attention kernel is ~5x slower forward and backward
-            # in bf16 than in float32 at our shapes (docs/benchmarks.md, "bf16 attention on the CPU"), so the
+            # in bf16 than in float32 at our shapes (docs/benchmarks.md, "The training step on a CPU with AMX"), so the
             # attention itself runs in float32 and only its output goes back to bf16. Autocast lists SDPA among
             # its bf16 operators, so it is switched off around the call or it would cast the inputs back.
             with torch.autocast("cpu", enabled=False):
