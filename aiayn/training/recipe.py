@@ -80,8 +80,8 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: 
     return loss, (target != pad_id).sum()
 
 
-#: rows of logits :class:`_ChunkedSmoothedCE` converts and reduces at a time: 256 x 8,000 float32 is 8 MB, small
-#: enough for the allocator to reuse one block from chunk to chunk (a fresh 131 MB block costs its page faults)
+#: rows of logits :class:`_ChunkedSmoothedCE` converts and reduces at a time, in one float32 block it reuses
+#: (256 x 8,000 is 8 MB; a fresh block for every chunk, or one of 131 MB for all rows, costs its page faults)
 _CE_CHUNK_ROWS = 256
 
 
@@ -99,9 +99,10 @@ class _ChunkedSmoothedCE(torch.autograd.Function):
         y_safe = torch.where(keep, y, 0).unsqueeze(1)  # the pad id may lie outside [0, V)
         lse = torch.empty(n, dtype=torch.float32)
         rows = torch.empty(n, dtype=torch.float32)
+        work = torch.empty(min(n, _CE_CHUNK_ROWS), v, dtype=torch.float32)  # one block for every chunk
         for i in range(0, n, _CE_CHUNK_ROWS):
             sl = slice(i, i + _CE_CHUNK_ROWS)
-            xf = x[sl].to(torch.float32, copy=True)  # never a view: it is overwritten below
+            xf = work[: x[sl].shape[0]].copy_(x[sl])  # a copy, never a view of x: it is overwritten below
             x_y = xf.gather(1, y_safe[sl]).squeeze(1)
             x_sum = xf.sum(dim=-1)
             m = xf.amax(dim=-1, keepdim=True).clamp_(min=torch.finfo(torch.float32).min)
@@ -119,9 +120,10 @@ class _ChunkedSmoothedCE(torch.autograd.Function):
         eps = ctx.eps
         scale = torch.where(keep, grad.float(), 0.0).unsqueeze(1)
         out = torch.empty_like(x)
+        work = torch.empty(min(n, _CE_CHUNK_ROWS), v, dtype=torch.float32)
         for i in range(0, n, _CE_CHUNK_ROWS):
             sl = slice(i, i + _CE_CHUNK_ROWS)
-            g = x[sl].to(torch.float32, copy=True).sub_(lse[sl].unsqueeze(1)).exp_().sub_(eps / v)
+            g = work[: x[sl].shape[0]].copy_(x[sl]).sub_(lse[sl].unsqueeze(1)).exp_().sub_(eps / v)
             g.scatter_add_(1, y_safe[sl], torch.full((g.shape[0], 1), eps - 1.0))
             out[sl] = g.mul_(scale[sl])
         return out, None, None, None
