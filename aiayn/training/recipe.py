@@ -57,8 +57,9 @@ def noam_lr(step: int, d_model: int, warmup_steps: int, lr_scale: float = 1.0, *
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon_ls: float,
                         pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy against the smoothed target ``q = (1 - epsilon_ls) * onehot(y) + epsilon_ls / V``
-    (Section 5.4, Szegedy et al. 2016), summed over non-pad positions; computed by ``F.cross_entropy`` with
-    ``label_smoothing`` (the same eps / V convention), in float32 whatever the dtype of ``logits``. With
+    (Section 5.4, Szegedy et al. 2016), summed over non-pad positions, in float32 whatever the dtype of ``logits``:
+    ``F.cross_entropy`` with ``label_smoothing`` (the same eps / V convention) on a GPU, the same loss 256 rows at a
+    time on a CPU (:class:`_ChunkedSmoothedCE`; its gradient comes back in the dtype of ``logits``). With
     ``epsilon_ls = 0`` it is the plain negative log-likelihood (what validation reports).
 
     Args:
