@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.evaluation.devsets import DEVSETS_DIR, SET_NAMES, read_devset
 from aiayn.training import continuous
@@ -228,6 +229,79 @@ def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, b
         assert json.loads((shipped / "eval_test.json").read_text())["checkpoint"] == str(shipped.resolve())
     else:
         assert _digest(shipped) == before
+
+
+def _interp_argv(world, shipped: Path, out: Path, *extra: str) -> list[str]:
+    return ["--direction", "en-de", "--minutes", "5", "--reserve-minutes", "1", "--run", str(world["run"]), "--shipped",
+            str(shipped), "--out", str(out), "--devsets", str(world["dev"]), "--no-nice", "--threads", "1", *extra]
+
+
+def _skip_training(monkeypatch) -> None:
+    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s: 0)
+    monkeypatch.setattr(continuous, "_build_candidate", lambda *a: 0)
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+
+
+def test_interpolation_is_chosen_on_the_valid_split_and_judged_like_the_candidate(world, warm, monkeypatch, tmp_path):
+    """--interpolate: each weight's (1 - w) shipped + w candidate is scored on valid.tsv, the best kept (its weights
+    are that mix), judged on the test split and the dev sets by the candidate's rule, and carded; nothing shipped."""
+    from safetensors.torch import load_file
+
+    shipped = tmp_path / "checkpoints" / "en-de"
+    shutil.copytree(world["shipped"], shipped)
+    out = tmp_path / "out"
+    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    before = _digest(shipped)
+    _skip_training(monkeypatch)
+    assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.6,0.3")) == 0
+    r = json.loads((out / "verdict.json").read_text())
+    it = r["interpolation"]
+    assert set(it["valid_chrf"]) == {"0.3", "0.6"} and it["split"] == "valid"
+    assert it["valid_chrf"][f"{it['weight']:g}"] == max(it["valid_chrf"].values())
+    chosen = Path(it["checkpoint"])
+    assert chosen == out / f"interp-{it['weight']:g}" and chosen.is_dir()
+    assert [p.name for p in out.glob("interp-*")] == [chosen.name]  # the other weight's folder is gone
+    valid = json.loads((chosen / "eval_valid.json").read_text())
+    assert valid["split"] == "valid" and valid["scores"]["model"]["chrf"] == it["valid_chrf"][f"{it['weight']:g}"]
+    a, b, mix = (load_file(str(d / "model.safetensors")) for d in (shipped, out / "candidate", chosen))
+    w = it["weight"]
+    for k, v in mix.items():
+        assert torch.allclose(v.float(), (1 - w) * a[k].float() + w * b[k].float(), atol=2e-3), k
+    assert set(it["scores"]) == {"test", "dev/short", "dev/long", "dev/classic"}
+    assert it["beats"] == verdict(it["scores"], r["scores"]["shipped"])["beats"]
+    assert it["scores"]["test"]["chrf"] == json.loads((chosen / "eval_test.json").read_text())["scores"]["model"]["chrf"]
+    assert "w = " in (chosen / "MODEL_CARD.md").read_text()
+    assert _digest(shipped) == before
+
+
+def test_an_interpolation_that_beats_ships_when_the_candidate_does_not(world, warm, monkeypatch, tmp_path, capsys):
+    shipped = tmp_path / "checkpoints" / "en-de"
+    shutil.copytree(world["shipped"], shipped)
+    out = tmp_path / "out"
+    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    _skip_training(monkeypatch)
+    base = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
+    lower = {k: {"bleu": 1.0, "chrf": 19.0} for k in base}
+    higher = {k: {"bleu": 1.0, "chrf": 21.0} for k in base}
+    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: lower if ckpt == out / "candidate" else
+                        higher if ckpt.name.startswith("interp-") else base)
+    assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
+    text = capsys.readouterr().out
+    assert "candidate does not beat shipped" in text and "interpolation w = 0.5" in text
+    assert _digest(shipped)["model.safetensors"] == _digest(out / "interp-0.5")["model.safetensors"]
+    assert json.loads((shipped / "config.json").read_text())["meta"]["interpolation"]["weight"] == 0.5
+
+
+@pytest.mark.parametrize("spec", ["0", "1", "0.5,2", "half", "-0.1"])
+def test_bad_interpolation_weights_are_refused_before_training(world, tmp_path, monkeypatch, capsys, spec):
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    run, out = tmp_path / "run", tmp_path / "out"
+    code = continuous.cli_main(["--direction", "en-de", "--minutes", "5", "--run", str(run), "--shipped",
+                                str(world["shipped"]), "--data", str(world["data"]), "--out", str(out), "--no-nice",
+                                "--threads", "1", "--interpolate", spec])
+    assert code == 2 and "--interpolate takes weights strictly between 0 and 1" in capsys.readouterr().err
+    assert not run.exists() and not out.exists()
+    assert continuous.parse_weights("0.75, 0.25,0.75") == [0.25, 0.75] and continuous.parse_weights(None) == []
 
 
 def test_a_run_that_another_process_trains_is_refused(world, tmp_path, monkeypatch, capsys):

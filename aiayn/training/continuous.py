@@ -15,6 +15,11 @@ idle, that makes the shipped model of one direction better a deadline at a time:
    every development set (:func:`verdict`); the verdict, both sides' scores and the steps and tokens this call
    added go to ``CANDIDATE/verdict.json``. The command never replaces ``checkpoints/`` by itself: ``--ship`` copies
    a candidate that beats the shipped one over it, with its card.
+4. **Interpolate** (``--interpolate 0.25,0.5,0.75``, optional). A fine-tuned model can be better in one place and
+   worse in another; a weight interpolation ``(1 - w) shipped + w candidate`` (WiSE-FT, Wortsman et al. 2022) can
+   keep the best of both. Each ``w`` is scored on the data's *valid* split, which neither side of the verdict uses,
+   and the best one is judged like the candidate (same sets, same rule) and, with ``--ship``, shipped when the plain
+   candidate does not beat and it does. Choosing ``w`` on the sets it is judged on would flatter it.
 
 By default the process lowers its priority to ``nice`` 19 first (its children inherit it), so tests and the app keep
 their speed while it trains. Not a part of the paper.
@@ -386,6 +391,96 @@ def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: st
     return out
 
 
+def parse_weights(spec: str | None) -> list[float]:
+    """``"0.25,0.5,0.75"`` -> ``[0.25, 0.5, 0.75]`` (sorted, without repeats); None or ``""`` -> ``[]``.
+
+    Raises:
+        BadInput: a part that is not a number strictly between 0 and 1 (0 is the shipped model, 1 the candidate).
+    """
+    weights: set[float] = set()
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        try:
+            w = float(part)
+        except ValueError:
+            w = float("nan")
+        if not 0.0 < w < 1.0:
+            raise BadInput(f"--interpolate takes weights strictly between 0 and 1, separated by commas, got {part.strip()!r}")
+        weights.add(w)
+    return sorted(weights)
+
+
+def interpolation_search(shipped: Path, candidate: Path, data: Path, weights: list[float], work: Path, direction: str,
+                         device: str = "cpu") -> dict[str, Any]:
+    """Write ``(1 - w) shipped + w candidate`` (:func:`aiayn.training.export.interpolate`) for each ``w`` of
+    ``weights`` into ``work/interp-<w>``, score each on ``data/valid.tsv`` (chrF, beam 4, alpha 0.6, ``aiayn
+    evaluate --split valid``, into its ``eval_valid.json``) and keep only the best (ties: the weight nearer 0.5).
+
+    Returns:
+        ``{"split": "valid", "valid_chrf": {"<w>": chrF, ...}, "weight": best w, "checkpoint": "<its folder>"}``.
+
+    Raises:
+        ValueError: no weights, or a weight's evaluation failed (names it); from ``interpolate``: checkpoints of
+            different models.
+    """
+    from ..evaluation.scoring import cli_main as evaluate_main
+    from .export import interpolate
+
+    if not weights:
+        raise ValueError("no interpolation weights to try")
+    chrf: dict[float, float] = {}
+    for w in weights:
+        path = work / f"interp-{w:g}"
+        shutil.rmtree(path, ignore_errors=True)
+        interpolate(shipped, candidate, path, weight=w)
+        rc = evaluate_main(["--checkpoint", str(path), "--data", str(data), "--split", "valid", "--direction", direction,
+                            "--device", device, "--no-progress", "--samples", "0", "--out", str(path / "eval_valid.json")])
+        scores = _test_scores(path / "eval_valid.json")
+        if rc != 0 or scores is None:
+            raise ValueError(f"the interpolation w = {w:g} could not be scored on {data / 'valid.tsv'} (exit {rc})")
+        chrf[w] = scores["chrf"]
+    best = max(weights, key=lambda w: (chrf[w], -abs(w - 0.5)))
+    for w in weights:
+        if w != best:
+            shutil.rmtree(work / f"interp-{w:g}", ignore_errors=True)
+    return {"split": "valid", "valid_chrf": {f"{w:g}": chrf[w] for w in weights}, "weight": best,
+            "checkpoint": str(work / f"interp-{best:g}")}
+
+
+def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Path, report: dict[str, Any],
+                         weights: list[float]) -> dict[str, Any]:
+    """:func:`interpolation_search` between the shipped checkpoint and ``out/candidate``, then the chosen one
+    scored and judged like the candidate, carded (``aiayn card``) and, when it beats, given the alignment and
+    attribution files a shipped checkpoint carries; the result goes into ``report["interpolation"]`` and
+    ``verdict.json`` is written again. Returns ``report``."""
+    from ..alignment_eval import cli_main as align_main
+    from ..attribution_eval import cli_main as attribution_main
+    from ..evaluation.modelcard import cli_main as card_main
+    from .finish import ATTRIBUTION_SENTENCES
+
+    devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
+    shipped = Path(report["shipped"])
+    t0 = time.monotonic()
+    search = interpolation_search(shipped, out / "candidate", plan["data"], weights, out, args.direction)
+    path = Path(search["checkpoint"])
+    scores = side_scores(path, path, plan["data"], devsets, args.direction, "cpu")
+    v = verdict(scores, report["scores"]["shipped"])
+    w = search["weight"]
+    notes = (f"A weight interpolation (1 - w) x {shipped} + w x the candidate of `aiayn train-on` (WiSE-FT), w = {w:g}, "
+             f"chosen by chrF on the valid split among {', '.join(search['valid_chrf'])}.")
+    card_main([str(path), "--eval", str(path / "eval_test.json"), "--data", str(plan["data"]), "--hardware",
+               _hardware(args.threads), "--notes", notes])
+    if v["beats"]:
+        align_main(["--checkpoint", str(path), "--device", "cpu", "--ibm1", str(Path(plan["data"]) / "train.tsv")])
+        attribution_main([str(path), "--method", "grad_x_input", "--sentences", str(ATTRIBUTION_SENTENCES),
+                          "--device", "cpu", "--no-progress"])
+    report["interpolation"] = {**search, **v, "scores": scores}
+    report["seconds"]["interpolation"] = round(time.monotonic() - t0, 1)
+    (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
 # -- shipping -------------------------------------------------------------------------------------------------------
 def ship(candidate: Path, shipped: Path) -> Path:
     """Replace the checkpoint folder ``shipped`` by a copy of ``candidate`` (atomically: a half-copied checkpoint
@@ -433,7 +528,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=0,
                     help="CPU threads for training and evaluation (0, the default: aiayn train decides from the load)")
     ap.add_argument("--devsets", default=None, help="development sets folder (default: assets/devsets)")
-    ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it")
+    ap.add_argument("--interpolate", default=None, metavar="W,...",
+                    help="also try (1 - W) shipped + W candidate for each weight W in (0, 1), chosen by chrF on the "
+                         "data's valid split, judged like the candidate (e.g. 0.25,0.5,0.75)")
+    ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it "
+                    "(with --interpolate: else the chosen interpolation, when it beats)")
     ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (run, data, the training command) and stop")
     return ap
@@ -520,6 +619,7 @@ def cli_main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     try:
+        weights = parse_weights(args.interpolate)
         now = _dt.datetime.now().astimezone()
         deadline = parse_deadline(args.until, args.minutes, now)
         budget = (deadline - now).total_seconds() / 60 - args.reserve_minutes
@@ -558,13 +658,24 @@ def cli_main(argv: list[str]) -> int:
             return EXIT_CANDIDATE_FAILED
         seconds["candidate"] = round(time.monotonic() - t0 - seconds["training"], 1)
         report = _judge(plan, args, out, shipped, added, seconds)
+        print(verdict_line(report, out / "candidate"), flush=True)
+        if weights:
+            report = _judge_interpolation(plan, args, out, report, weights)
+            interp = report["interpolation"]
+            print(f"interpolation w = {interp['weight']:g} (valid chrF " + ", ".join(
+                f"{k}: {c:.2f}" for k, c in interp["valid_chrf"].items()) + "): "
+                + verdict_line(interp, Path(interp["checkpoint"])), flush=True)
     except KeyboardInterrupt:
         print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(verdict_line(report, out / "candidate"))
-    if args.ship and report["beats"]:
-        ship(out / "candidate", shipped)
-        print(f"shipped: copied {out / 'candidate'} over {shipped} (with its MODEL_CARD.md); run `aiayn sweep --checkpoint "
+    except ValueError as exc:  # an interpolation that could not be made or scored; the plain verdict is written
+        print(f"aiayn train-on: {exc}", file=sys.stderr)
+        return EXIT_CANDIDATE_FAILED
+    chosen = out / "candidate" if report["beats"] else \
+        Path(report["interpolation"]["checkpoint"]) if (report.get("interpolation") or {}).get("beats") else None
+    if args.ship and chosen is not None:
+        ship(chosen, shipped)
+        print(f"shipped: copied {chosen} over {shipped} (with its MODEL_CARD.md); run `aiayn sweep --checkpoint "
               f"{shipped}` for its head sweep")
     elif args.ship:
         print(f"not shipped: {shipped} stays as it is")
