@@ -139,7 +139,7 @@ def test_kv_cache_appends_keys_step_by_step():
 
 def test_fast_path_under_cpu_bf16_autocast_computes_in_float32():
     """Training's CPU autocast hands bf16 q, k, v to the fast path; it computes the attention in float32 (torch's
-    bf16 CPU kernel is several times slower, docs/benchmarks.md) and returns bf16: the output is the float32
+    bf16 CPU kernel is several times slower, docs/training.md, "Session 18") and returns bf16: the output is the float32
     attention of those bf16 inputs, rounded once to bf16 - which attention computed in bf16 is not."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(4, 8, 30, 32) * 2 for _ in range(3))

@@ -79,8 +79,8 @@ def scaled_dot_product_attention(
     d_k = q.size(-1)
     if not (need_weights or need_scores):
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
-            # CPU bf16 autocast (training): torch's CPU flash-attention kernel is ~5x slower forward and backward
-            # in bf16 than in float32 at our shapes (docs/benchmarks.md, "The training step on a CPU with AMX"), so the
+            # CPU bf16 autocast (training): torch's CPU flash-attention kernel is several times slower forward and backward
+            # in bf16 than in float32 at our shapes (docs/training.md, "Session 18: a VM with AMX"), so the
             # attention itself runs in float32 and only its output goes back to bf16. Autocast lists SDPA among
             # its bf16 operators, so it is switched off around the call or it would cast the inputs back.
             with torch.autocast("cpu", enabled=False):

@@ -91,7 +91,7 @@ class _ChunkedSmoothedCE(torch.autograd.Function):
     on a CPU, a block of rows at a time: per row ``logsumexp(x) - (1 - eps) x_y - (eps / V) sum_v x_v`` (the same
     smoothed target ``q``), and the gradient ``softmax(x) - q`` written straight into ``x``'s dtype. It never holds a
     float32 copy, a log-softmax or its gradient of the whole ``(N, V)`` block (each 131 MB at 4,096 x 8,000), which
-    F.cross_entropy writes and reads on bf16 logits: docs/benchmarks.md, "The training step on a CPU with AMX"."""
+    F.cross_entropy writes and reads on bf16 logits: docs/training.md, "Session 18: a VM with AMX"."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, eps: float, pad: int) -> torch.Tensor:
