@@ -270,7 +270,8 @@ def test_interpolation_is_chosen_on_the_valid_split_and_judged_like_the_candidat
     assert set(it["scores"]) == {"test", "dev/short", "dev/long", "dev/classic"}
     assert it["beats"] == verdict(it["scores"], r["scores"]["shipped"])["beats"]
     assert it["scores"]["test"]["chrf"] == json.loads((chosen / "eval_test.json").read_text())["scores"]["model"]["chrf"]
-    assert "w = " in (chosen / "MODEL_CARD.md").read_text()
+    assert "w = " in (chosen / "MODEL_CARD.md").read_text() and it["stages"]["card"] == 0
+    assert ("align" in it["stages"]) == it["beats"]  # the analysis files only for an interpolation that could ship
     assert _digest(shipped) == before
 
 
@@ -283,13 +284,38 @@ def test_an_interpolation_that_beats_ships_when_the_candidate_does_not(world, wa
     base = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
     lower = {k: {"bleu": 1.0, "chrf": 19.0} for k in base}
     higher = {k: {"bleu": 1.0, "chrf": 21.0} for k in base}
-    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: lower if ckpt == out / "candidate" else
-                        higher if ckpt.name.startswith("interp-") else base)
+    def scores(ckpt, *a):
+        if ckpt.name.startswith("interp-"):  # what the real scoring leaves there, which the card reads
+            shutil.copy(out / "candidate" / "eval_test.json", ckpt / "eval_test.json")
+            return higher
+        return lower if ckpt == out / "candidate" else base
+
+    monkeypatch.setattr(continuous, "side_scores", scores)
     assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
     text = capsys.readouterr().out
     assert "candidate does not beat shipped" in text and "interpolation w = 0.5" in text
+    assert "the interpolation beats shipped" in text
+    stages = json.loads((out / "verdict.json").read_text())["interpolation"]["stages"]
+    assert stages == {"card": 0, "align": 0, "attribution": 0}  # the files a shipped checkpoint carries were made
+    assert {"MODEL_CARD.md", "alignment.json", "attribution.json"} <= {p.name for p in shipped.iterdir()}
     assert _digest(shipped)["model.safetensors"] == _digest(out / "interp-0.5")["model.safetensors"]
     assert json.loads((shipped / "config.json").read_text())["meta"]["interpolation"]["weight"] == 0.5
+
+
+def test_an_interpolation_without_a_card_is_not_shipped(world, warm, monkeypatch, tmp_path, capsys):
+    shipped = tmp_path / "checkpoints" / "en-de"
+    shutil.copytree(world["shipped"], shipped)
+    out = tmp_path / "out"
+    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    before = _digest(shipped)
+    _skip_training(monkeypatch)
+    base = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
+    higher = {k: {"bleu": 1.0, "chrf": 21.0} for k in base}
+    # beats on paper, but no eval_test.json is left for its card (the mocked scoring writes none)
+    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: higher if ckpt.name.startswith("interp-") else base)
+    assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
+    assert json.loads((out / "verdict.json").read_text())["interpolation"]["stages"]["card"] != 0
+    assert "not shipped" in capsys.readouterr().out and _digest(shipped) == before
 
 
 @pytest.mark.parametrize("spec", ["0", "1", "0.5,2", "half", "-0.1"])

@@ -307,13 +307,14 @@ def verdict(candidate: dict[str, dict[str, float]], shipped: dict[str, dict[str,
     return {"beats": all(v["better"] for v in sets.values()), "metric": metric, "sets": sets}
 
 
-def verdict_line(v: dict[str, Any], candidate: Path) -> str:
-    """The sentence printed at the end: ``candidate beats shipped: DIR`` or why it does not."""
+def verdict_line(v: dict[str, Any], candidate: Path, what: str = "candidate") -> str:
+    """The sentence printed at the end: ``candidate beats shipped: DIR`` or why it does not (``what`` names the
+    side judged: "candidate", "the interpolation")."""
     if v["beats"]:
-        return f"candidate beats shipped: {candidate}"
+        return f"{what} beats shipped: {candidate}"
     lost = [f"{n} ({s['candidate'] if s['candidate'] is None else round(s['candidate'], 2)} vs "
             f"{s['shipped'] if s['shipped'] is None else round(s['shipped'], 2)})" for n, s in v["sets"].items() if not s["better"]]
-    return f"candidate does not beat shipped on {v['metric']}: " + ", ".join(lost) + f" (candidate kept in {candidate})"
+    return f"{what} does not beat shipped on {v['metric']}: " + ", ".join(lost) + f" ({what} kept in {candidate})"
 
 
 # -- the scores of both sides ---------------------------------------------------------------------------------------
@@ -457,7 +458,7 @@ def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Pa
     from ..alignment_eval import cli_main as align_main
     from ..attribution_eval import cli_main as attribution_main
     from ..evaluation.modelcard import cli_main as card_main
-    from .finish import ATTRIBUTION_SENTENCES
+    from .finish import align_argv, attribution_argv, card_argv, run_stage
 
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
     shipped = Path(report["shipped"])
@@ -469,13 +470,11 @@ def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Pa
     w = search["weight"]
     notes = (f"A weight interpolation (1 - w) x {shipped} + w x the candidate of `aiayn train-on` (WiSE-FT), w = {w:g}, "
              f"chosen by chrF on the valid split among {', '.join(search['valid_chrf'])}.")
-    card_main([str(path), "--eval", str(path / "eval_test.json"), "--data", str(plan["data"]), "--hardware",
-               _hardware(args.threads), "--notes", notes])
-    if v["beats"]:
-        align_main(["--checkpoint", str(path), "--device", "cpu", "--ibm1", str(Path(plan["data"]) / "train.tsv")])
-        attribution_main([str(path), "--method", "grad_x_input", "--sentences", str(ATTRIBUTION_SENTENCES),
-                          "--device", "cpu", "--no-progress"])
-    report["interpolation"] = {**search, **v, "scores": scores}
+    stages = {"card": run_stage("card", card_main, card_argv(path, Path(plan["data"]), _hardware(args.threads), notes))}
+    if v["beats"]:  # the files a shipped checkpoint carries (as a candidate gets them from .finish)
+        stages["align"] = run_stage("align", align_main, align_argv(path, Path(plan["data"]), "cpu"))
+        stages["attribution"] = run_stage("attribution", attribution_main, attribution_argv(path, "cpu"))
+    report["interpolation"] = {**search, **v, "scores": scores, "stages": stages}
     report["seconds"]["interpolation"] = round(time.monotonic() - t0, 1)
     (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
@@ -664,15 +663,16 @@ def cli_main(argv: list[str]) -> int:
             interp = report["interpolation"]
             print(f"interpolation w = {interp['weight']:g} (valid chrF " + ", ".join(
                 f"{k}: {c:.2f}" for k, c in interp["valid_chrf"].items()) + "): "
-                + verdict_line(interp, Path(interp["checkpoint"])), flush=True)
+                + verdict_line(interp, Path(interp["checkpoint"]), "the interpolation"), flush=True)
     except KeyboardInterrupt:
         print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
         return EXIT_INTERRUPTED
     except ValueError as exc:  # an interpolation that could not be made or scored; the plain verdict is written
         print(f"aiayn train-on: {exc}", file=sys.stderr)
         return EXIT_CANDIDATE_FAILED
+    interp = report.get("interpolation") or {}
     chosen = out / "candidate" if report["beats"] else \
-        Path(report["interpolation"]["checkpoint"]) if (report.get("interpolation") or {}).get("beats") else None
+        Path(interp["checkpoint"]) if interp.get("beats") and interp["stages"]["card"] == 0 else None  # never uncarded
     if args.ship and chosen is not None:
         ship(chosen, shipped)
         print(f"shipped: copied {chosen} over {shipped} (with its MODEL_CARD.md); run `aiayn sweep --checkpoint "

@@ -22,13 +22,33 @@ ATTRIBUTION_SENTENCES = 40
 
 
 # -- after training: average, evaluate, card, sweep (one child per direction) ------------------------------------
-def _call(stage: str, fn, argv: list[str]) -> int:
+def run_stage(stage: str, fn, argv: list[str]) -> int:
+    """Run the CLI function ``fn(argv)`` of one post-training stage, its command line printed first; returns its
+    exit code (an argparse error's SystemExit becomes its code, not an exception)."""
     print(f"== {stage}: {' '.join(argv)}", flush=True)
     try:
         code = fn(argv)
     except SystemExit as exc:  # argparse errors
         code = exc.code if isinstance(exc.code, int) else 2
     return int(code or 0)
+
+
+def card_argv(ckpt: Path, data: Path, hardware: str, notes: str) -> list[str]:
+    """``aiayn card``'s arguments for ``ckpt``, whose test-split evaluation is ``ckpt/eval_test.json``."""
+    return [str(ckpt), "--eval", str(ckpt / "eval_test.json"), "--data", str(data), "--hardware", hardware,
+            "--notes", notes.strip()]
+
+
+def align_argv(ckpt: Path, data: Path, dev: str) -> list[str]:
+    """``aiayn align``'s arguments: every head's AER, with the IBM Model 1 baseline from ``data/train.tsv``."""
+    return ["--checkpoint", str(ckpt), "--device", dev, "--ibm1", str(data / "train.tsv")]
+
+
+def attribution_argv(ckpt: Path, dev: str) -> list[str]:
+    """``aiayn attribution``'s arguments: gradient x input on the first :data:`ATTRIBUTION_SENTENCES` gold pairs
+    (what the Alignment page's gold-set agreement reads)."""
+    return [str(ckpt), "--method", "grad_x_input", "--sentences", str(ATTRIBUTION_SENTENCES), "--device", dev,
+            "--no-progress"]
 
 
 def _scores(eval_path: Path) -> dict[str, Any] | None:
@@ -48,7 +68,7 @@ class _StageFailed(Exception):
 
 def _stage(status: dict[str, Any], name: str, fn, stage_argv: list[str]) -> None:
     """Run one required stage, record its exit code in ``status``; raises _StageFailed unless it is 0."""
-    status[name] = _call(name, fn, stage_argv)
+    status[name] = run_stage(name, fn, stage_argv)
     if status[name] != 0:
         raise _StageFailed(name)
 
@@ -104,20 +124,18 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
            + (["--devsets", args.devsets] if args.devsets else []))
     general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None
     notes = _general_notes(args.notes, general)
-    _stage(status, "card", card_main, [str(tmp), "--eval", str(tmp / "eval_test.json"), "--data", str(data),
-                                       "--hardware", args.hardware, "--notes", notes.strip()])
-    status["align"] = _call("align", align_main, ["--checkpoint", str(tmp), "--device", dev, "--ibm1", str(data / "train.tsv")])
+    _stage(status, "card", card_main, card_argv(tmp, data, args.hardware, notes))
+    status["align"] = run_stage("align", align_main, align_argv(tmp, data, dev))
     if args.deadline and time.time() > args.deadline:
         status["attribution"] = "skipped: the time budget is spent (run `aiayn attribution DIR` later)"
     else:  # what the Alignment page's gold-set agreement reads; optional: kept on failure
-        status["attribution"] = _call("attribution", attribution_main, [str(tmp), "--method", "grad_x_input", "--sentences",
-                                                                        str(ATTRIBUTION_SENTENCES), "--device", dev, "--no-progress"])
+        status["attribution"] = run_stage("attribution", attribution_main, attribution_argv(tmp, dev))
     if args.no_sweep:
         status["sweep"] = "skipped (--no-sweep)"
     elif args.deadline and time.time() > args.deadline:
         status["sweep"] = "skipped: the time budget is spent (run `aiayn sweep --checkpoint DIR` later)"
     else:
-        status["sweep"] = _call("sweep", sweep_main, ["--checkpoint", str(tmp), "--device", dev])  # optional: kept on failure
+        status["sweep"] = run_stage("sweep", sweep_main, ["--checkpoint", str(tmp), "--device", dev])  # optional: kept on failure
 
 
 def post_main(argv: list[str]) -> int:
