@@ -8,6 +8,7 @@ import sys
 from typing import Iterable
 
 from .decoding import beam_option_error
+from .reranking import add_cli_options as add_rerank_options
 
 DIRECTIONS = ("en-de", "de-en")
 
@@ -24,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-len", type=int, default=None)
     ap.add_argument("--device", default=None)
     ap.add_argument("--pieces", action="store_true", help="also print the source and output pieces")
+    add_rerank_options(ap)
     return ap
 
 
@@ -44,6 +46,7 @@ def _lines(args: argparse.Namespace) -> Iterable[str]:
 def cli_main(argv: list[str]) -> int:
     """``aiayn translate [--checkpoint DIR | --direction en-de] [--beam-size 4] [--alpha 0.6] TEXT...`` (stdin when
     no TEXT). Exit code 2 on a bad option, a missing or contradicting checkpoint, or any line that failed."""
+    from .reranking import check_weight, rerank, reverse_for
     from .translator import DEFAULT_DIRECTION, Translator, default_checkpoint  # imports torch: only when it runs
 
     args = _parser().parse_args(argv)
@@ -63,6 +66,16 @@ def cli_main(argv: list[str]) -> int:
     if contradiction:
         print(f"aiayn translate: {contradiction}", file=sys.stderr)
         return 2
+    reverse = None
+    try:
+        if args.rerank is not None:
+            check_weight(args.rerank)
+            reverse = reverse_for(tr, tr.meta.get("direction") or DEFAULT_DIRECTION, args.reverse, device=args.device)
+        elif args.reverse is not None:
+            raise ValueError("--reverse is the reverse model of --rerank; pass --rerank too")
+    except ValueError as exc:
+        print(f"aiayn translate: {exc}", file=sys.stderr)
+        return 2
     code = 0
     for n, text in enumerate(_lines(args), start=1):
         if not text.strip():
@@ -70,13 +83,16 @@ def cli_main(argv: list[str]) -> int:
             continue
         try:
             t = tr.translate(text, beam_size=args.beam_size, length_penalty=args.alpha, max_len=args.max_len,
-                             return_attention=False)
+                             return_attention=False, n_best=args.beam_size if reverse is not None else 1)
+            best = t.text if reverse is None else rerank(text, t.nbest, reverse, args.rerank)[0].text
         except ValueError as exc:
             print(f"aiayn translate: line {n}: {exc}", file=sys.stderr)
             print(flush=True)
             code = 2
             continue
-        print(t.text, flush=True)
+        print(best, flush=True)
+        if args.pieces and best != t.text:
+            print("  (reranked: the pieces below are the beam's output,", repr(t.text) + ")")
         if args.pieces:
             print("  src:", " ".join(t.src_tokens))
             print("  out:", " ".join(t.output_tokens))

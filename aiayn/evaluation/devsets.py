@@ -81,9 +81,12 @@ def checkpoint_directions(meta: dict[str, Any]) -> list[str]:
 
 
 def evaluate_devsets(translator, sets: dict[str, list[tuple[str, str]]], direction: str, *, beam_size: int = 4,
-                     alpha: float = 0.6, batch_size: int = 32) -> dict[str, dict[str, Any]]:
+                     alpha: float = 0.6, batch_size: int = 32, reverse: Any = None,
+                     rerank_weight: float = 0.0) -> dict[str, dict[str, Any]]:
     """Translate every set in ``direction`` ("en-de": English sources, German references) and score it (a
     model for both directions decodes in ``direction``: :meth:`aiayn.translator.Translator.for_direction`).
+    ``reverse`` / ``rerank_weight``: rerank each n-best list with the reverse model
+    (:func:`aiayn.evaluation.scoring.evaluate_translator`); None: the beam's output.
 
     Returns:
         ``{set name: {"bleu", "chrf" (0-100), "n_sentences", "unfinished", "elapsed_s", "hypotheses": [str]}}``.
@@ -99,7 +102,8 @@ def evaluate_devsets(translator, sets: dict[str, list[tuple[str, str]]], directi
     for name, pairs in sets.items():
         src, ref = ([en for en, _ in pairs], [de for _, de in pairs]) if direction == "en-de" else \
             ([de for _, de in pairs], [en for en, _ in pairs])
-        res = evaluate_translator(translator, src, ref, beam_size=beam_size, alpha=alpha, batch_size=batch_size)
+        res = evaluate_translator(translator, src, ref, beam_size=beam_size, alpha=alpha, batch_size=batch_size,
+                                  reverse=reverse, rerank_weight=rerank_weight)
         out[name] = {"bleu": res["model"]["bleu"], "chrf": res["model"]["chrf"], "n_sentences": res["n_sentences"],
                      "unfinished": res["unfinished"], "elapsed_s": round(res["elapsed_s"], 3),
                      "hypotheses": res["hypotheses"]}
@@ -107,6 +111,8 @@ def evaluate_devsets(translator, sets: dict[str, list[tuple[str, str]]], directi
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..reranking import add_cli_options as add_rerank_options  # no torch import
+
     ap = argparse.ArgumentParser(prog="aiayn evaluate-dev",
                                  description="sacreBLEU and chrF of a checkpoint on the project's development sets "
                                              "(assets/devsets: short, long, classic), beam search as in Section 6.1.")
@@ -119,7 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (paper: 0.6)")
     ap.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
     ap.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    ap.add_argument("--out", default=None, help=f"JSON file (default: CHECKPOINT/{EVAL_DEV_FILE}; '-' = do not write)")
+    ap.add_argument("--out", default=None, help=f"JSON file (default: CHECKPOINT/{EVAL_DEV_FILE}, or with --rerank "
+                    "none; '-' = do not write)")
+    add_rerank_options(ap)
     return ap
 
 
@@ -127,6 +135,7 @@ def cli_main(argv: list[str]) -> int:
     """``aiayn evaluate-dev --checkpoint DIR [--sets ...] [--direction D] [--out FILE]``: prints a table and writes
     the scores and hypotheses as JSON. Returns 0, or 2 with a message (a missing or bad checkpoint or set, a
     checkpoint without a direction, bad decoding settings)."""
+    from ..reranking import reverse_for
     from ..translator import Translator  # imports torch: only when the command runs
 
     args = _parser().parse_args(argv)
@@ -137,6 +146,8 @@ def cli_main(argv: list[str]) -> int:
 
     if args.beam_size < 1 or args.batch_size < 1:
         return fail(f"--beam-size and --batch-size must be >= 1, got {args.beam_size} and {args.batch_size}")
+    if args.rerank is None and args.reverse is not None:
+        return fail("--reverse is the reverse model of --rerank; pass --rerank too")
     try:
         sets = load_devsets(args.devsets, args.sets)
         tr = Translator.load(Path(args.checkpoint).expanduser(), device=args.device)
@@ -149,14 +160,16 @@ def cli_main(argv: list[str]) -> int:
     scores: dict[str, dict[str, Any]] = {}
     try:
         for d in directions:
-            scores[d] = evaluate_devsets(tr, sets, d, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size)
+            reverse = None if args.rerank is None else reverse_for(tr, d, args.reverse, device=args.device)
+            scores[d] = evaluate_devsets(tr, sets, d, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size,
+                                         reverse=reverse, rerank_weight=args.rerank or 0.0)
     except ValueError as exc:
         return fail(str(exc))
     print(f"{'set':<8} {'direction':<9} {'n':>4} {'BLEU':>6} {'chrF':>6}")
     for d, per_set in scores.items():
         for name, s in per_set.items():
             print(f"{name:<8} {d:<9} {s['n_sentences']:>4} {s['bleu']:>6.2f} {s['chrf']:>6.2f}")
-    if args.out == "-":
+    if args.out == "-" or (args.rerank is not None and args.out is None):  # the checkpoint's own file holds the paper's
         return 0
     from .scoring import score
 
@@ -166,7 +179,9 @@ def cli_main(argv: list[str]) -> int:
         "checkpoint_step": tr.meta.get("step"),
         "model_sha256": sha256_file(Path(args.checkpoint).expanduser() / "model.safetensors"),
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha, "max_len": "source length + 50",
-                     "projection": tr.projection.precision},
+                     "projection": tr.projection.precision,
+                     "rerank": None if args.rerank is None else {"weight": args.rerank,
+                                                                 "reverse": args.reverse or "default (reverse_for)"}},
         "signatures": {"bleu": sig["bleu_signature"], "chrf": sig["chrf_signature"]},
         "sets": {name: {"file": f"{name}.tsv", "sha256": sha256_file(Path(args.devsets) / f"{name}.tsv"),
                         "n_pairs": len(pairs)} for name, pairs in sets.items()},

@@ -91,6 +91,8 @@ def evaluate_translator(
     lexicon: dict[str, str] | None = None,
     src_lang: str | None = None,
     progress: bool = False,
+    reverse: Any = None,
+    rerank_weight: float = 0.0,
 ) -> dict[str, Any]:
     """Translate ``sources`` with beam search (Section 6.1) and score against ``references``.
 
@@ -105,6 +107,9 @@ def evaluate_translator(
         lexicon: if given (from :func:`aiayn.evaluation.baseline.load_lexicon`), also score the word-by-word
             dictionary baseline; ``src_lang`` ("de" or "en") is then required.
         progress: show a tqdm progress bar (sentences).
+        reverse: the Translator of the opposite direction, to rerank each sentence's ``beam_size``-best list by
+            :func:`aiayn.reranking.rerank_batch` with ``rerank_weight`` (the output is the reranked best); None:
+            the beam's output (the paper).
 
     Returns:
         ``{"model": score(...), "baseline": score(...) or None, "hypotheses": [str],
@@ -113,8 +118,11 @@ def evaluate_translator(
 
     Raises:
         ValueError: misaligned or empty inputs, an empty source, bad beam settings, ``lexicon`` without
-            ``src_lang``.
+            ``src_lang``, a bad ``rerank_weight``.
     """
+    from aiayn.reranking import check_weight, rerank_batch
+
+    rerank_weight = check_weight(rerank_weight)
     sources, references = list(sources), list(references)
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
@@ -131,10 +139,14 @@ def evaluate_translator(
     with tqdm(total=len(sources), disable=not progress, desc="translating", unit="sent", dynamic_ncols=True) as bar:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            outs = translator.translate_batch([sources[i] for i in idx], beam_size=beam_size, length_penalty=alpha,
-                                              max_len=max_len, return_attention=False)
-            for i, t in zip(idx, outs):
-                hyps[i] = t.text
+            texts = [sources[i] for i in idx]
+            nbest = {} if reverse is None else {"n_best": beam_size}  # the whole beam, for the reverse model to weigh
+            outs = translator.translate_batch(texts, beam_size=beam_size, length_penalty=alpha, max_len=max_len,
+                                              return_attention=False, **nbest)
+            best = [t.text for t in outs] if reverse is None else \
+                [row[0].text for row in rerank_batch(texts, [t.nbest for t in outs], reverse, rerank_weight)]
+            for i, t, text in zip(idx, outs, best):
+                hyps[i] = text
                 unfinished += not t.finished
                 truncated += bool(t.truncated)
             bar.update(len(idx))
@@ -189,6 +201,8 @@ class _Refused(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..reranking import add_cli_options as add_rerank_options  # no torch import
+
     ap = argparse.ArgumentParser(prog="aiayn evaluate",
                                  description="sacreBLEU and chrF of a checkpoint on a held-out split (beam search, Section 6.1), "
                                              "beside a word-by-word dictionary baseline.")
@@ -207,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--hypotheses", action="store_true", help="include every hypothesis in the JSON")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_rerank_options(ap)
     return ap
 
 
@@ -221,6 +236,8 @@ def _check_options(args: argparse.Namespace) -> Path:
         raise _Refused(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.limit is not None and args.limit < 1:
         raise _Refused(f"--limit must be >= 1, got {args.limit}")
+    if args.rerank is None and args.reverse is not None:
+        raise _Refused("--reverse is the reverse model of --rerank; pass --rerank too")
     data_dir = Path(args.data).expanduser()
     if not data_dir.is_dir():
         raise _Refused(f"data directory not found: {data_dir}")
@@ -271,7 +288,8 @@ def _read_inputs(args: argparse.Namespace, data_dir: Path, direction: str):
 def _print_report(args: argparse.Namespace, res: dict[str, Any], direction: str, split_file: Path,
                   sources: list[str], refs: list[str]) -> None:
     """The scores table, the sacreBLEU signatures and ``--samples`` sample translations, on stdout."""
-    rows = [("model (beam %d, alpha %g)" % (args.beam_size, args.alpha), res["model"])]
+    rerank = "" if args.rerank is None else ", reranked by the reverse model, weight %g" % args.rerank
+    rows = [("model (beam %d, alpha %g%s)" % (args.beam_size, args.alpha, rerank), res["model"])]
     if res["baseline"] is not None:
         rows.append(("dictionary word-by-word", res["baseline"]))
     print(f"\n{direction} on {split_file}: {res['n_sentences']} sentences, "
@@ -318,7 +336,10 @@ def _results_record(args: argparse.Namespace, tr, res: dict[str, Any], direction
         "limit": args.limit,
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha,
                      "max_len": args.max_len if args.max_len is not None else "source length + 50",
-                     "batch_size": args.batch_size, "projection": tr.projection.precision},
+                     "batch_size": args.batch_size, "projection": tr.projection.precision,
+                     "rerank": None if args.rerank is None else {
+                         "weight": args.rerank, "reverse": args.reverse or "the shipped model of the opposite direction",
+                         "method": "beam n-best + weight x log P(source | output) / source pieces (Yee et al. 2019)"}},
         "scores": {
             "model": {"bleu": res["model"]["bleu"], "chrf": res["model"]["chrf"]},
             "dictionary_baseline": ({"bleu": res["baseline"]["bleu"], "chrf": res["baseline"]["chrf"]}
@@ -343,14 +364,17 @@ def _results_record(args: argparse.Namespace, tr, res: dict[str, Any], direction
 
 def _run(args: argparse.Namespace) -> None:
     """The command after parsing: load, translate, score, print, write ``--out``. Raises _Refused."""
+    from ..reranking import reverse_for
+
     data_dir = _check_options(args)
     tr, direction = _load_translator(args)
     sources, refs, skipped, lexicon = _read_inputs(args, data_dir, direction)
     started = _dt.datetime.now(_dt.timezone.utc)
     try:
+        reverse = None if args.rerank is None else reverse_for(tr, direction, args.reverse, device=args.device)
         res = evaluate_translator(tr, sources, refs, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size,
                                   max_len=args.max_len, lexicon=lexicon, src_lang=direction.split("-")[0],
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, reverse=reverse, rerank_weight=args.rerank or 0.0)
     except ValueError as exc:
         raise _Refused(str(exc)) from None
     _print_report(args, res, direction, data_dir / (args.split + ".tsv"), sources, refs)
