@@ -274,3 +274,66 @@ def test_long_input_is_translated_sentence_by_sentence(checkpoints, tiny_transla
     at = run({"text": "The house is small. I have no time."})
     assert not at.text and at.subheader[0].value == (
         tiny_translator.translate("The house is small. I have no time.", beam_size=4, n_best=4).text or "∅ (empty output)")
+
+
+RERANK_CANDIDATES = ["I have no time.", "The house is small.", "Good morning!", "The cat sat on the mat.",
+                     "Where is my red car?", "We will go home tomorrow.", "The dog sleeps in the garden."]
+
+
+def test_rerank_toggle_shows_the_reverse_models_choice_with_its_own_maps(checkpoints, tiny_checkpoints):
+    """The toggle reranks the n-best list with the de-en model (aiayn.reranking): the headline, the table in the new
+    order with both scores, and the pieces and maps of the translation shown (a teacher-forced pass when it is not
+    the beam's own output)."""
+    import numpy as np
+
+    from aiayn import Translator
+    from aiayn.reranking import DEFAULT_WEIGHT, rerank
+
+    fwd, rev = (Translator.load(tiny_checkpoints / d, device="cpu") for d in ("en-de", "de-en"))
+    want = {s: rerank(s, fwd.translate(s, n_best=4, return_attention=False).nbest, rev, DEFAULT_WEIGHT)
+            for s in RERANK_CANDIDATES}
+    moved = [s for s, rows in want.items() if rows[0].beam_rank != 0]
+    stayed = [s for s, rows in want.items() if rows[0].beam_rank == 0]
+    assert moved and stayed, "the random tiny models should give both cases"
+    at = run({"text": moved[0], "rerank": "true"})
+    assert not at.exception, at.exception
+    rows = want[moved[0]]
+    assert at.subheader[0].value == rows[0].text
+    table = nbest_table(at)
+    assert list(table.columns) == ["rank", "beam", "beam score", "log P(src | out)", "score", "translation"]
+    assert list(table["translation"]) == [r.text or "∅" for r in rows]
+    assert [int(b) for b in table["beam"]] == [r.beam_rank + 1 for r in rows]
+    assert [float(s) for s in table["score"]] == pytest.approx([r.score for r in rows], abs=5e-4)
+    assert any(f"beam's #{rows[0].beam_rank + 1}" in c.value for c in at.caption)
+    forced, _ = fwd.force(moved[0], rows[0].text)
+    heat = spec(at)["data"][0]
+    assert heat["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(forced.decoder_input_tokens,
+                                                                                 forced.output_tokens))]
+    assert np.allclose(arr(heat["z"]), forced.attention.cross[-1, 0].float().mean(0).numpy(), atol=1e-5)
+    # off again: the paper's beam search, its own table
+    at.toggle(key="rerank").set_value(False).run()
+    assert at.subheader[0].value == fwd.translate(moved[0], n_best=4, return_attention=False).text
+    assert list(nbest_table(at).columns) == ["rank", "score", "translation"]
+    # a sentence whose beam output stays first says so
+    at = run({"text": stayed[0], "rerank": "true"})
+    assert at.subheader[0].value == want[stayed[0]][0].text
+    assert any("stays first" in c.value for c in at.caption)
+
+
+def test_rerank_without_a_reverse_model_falls_back_with_a_warning(tmp_path, monkeypatch, tiny_checkpoints):
+    import shutil
+
+    import streamlit as st
+
+    shutil.copytree(tiny_checkpoints / "en-de", tmp_path / "en-de")
+    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tmp_path))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = run({"text": "I have no time.", "rerank": "true"})
+    assert not at.exception, at.exception
+    assert any("Could not rerank with the de-en model" in w.value for w in at.warning), [w.value for w in at.warning]
+    from aiayn import Translator
+
+    assert at.subheader[0].value == Translator.load(tmp_path / "en-de").translate("I have no time.").text
+    st.cache_data.clear()
+    st.cache_resource.clear()

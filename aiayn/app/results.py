@@ -96,3 +96,33 @@ def explain_sentence(direction: str, text: str, *, reference: str | None = None,
                           head_mask_key(head_mask), prefix)
     finally:  # a cached sentence never reached the queue: the run's announcement (if any) is no longer on its way
         withdraw_sentence()
+
+
+@st.cache_data(max_entries=128, show_spinner="Weighing the n-best list with the reverse model…")
+def _reranked(reverse_dir: str, ckpt: str, stamp: str, source: str, nbest: tuple,  # noqa: ARG001
+              weight: float) -> list[dict[str, Any]]:
+    from ..reranking import rerank
+
+    queue = decode_queue(reverse_dir)
+    return [r.to_dict() for r in queue.run(rerank, source, list(nbest), queue.translator.for_direction(reverse_dir), weight)]
+
+
+def reranked_nbest(direction: str, source: str, nbest: list[tuple[str, float]], weight: float) -> list[dict[str, Any]]:
+    """The n-best list of ``source`` (translated in ``direction``) reranked by the model this session is served for
+    the opposite direction (:func:`aiayn.reranking.rerank`: forward score + ``weight`` x log P(source | output) per
+    source piece), run in that model's :func:`~aiayn.app.models.decode_queue` turn and cached per (reverse checkpoint,
+    stamp, source, n-best list, weight).
+
+    Returns:
+        :meth:`aiayn.reranking.Reranked.to_dict` of each hypothesis, best first.
+
+    Raises:
+        ModelUnavailable: the reverse checkpoint cannot be loaded.
+        ValueError: a bad weight, an empty n-best list or source.
+    """
+    from ..reranking import reverse_direction
+
+    back = reverse_direction(direction)
+    path = checkpoint_path(back)
+    return _reranked(back, str(path), checkpoint_stamp(path), source, tuple((str(t), float(s)) for t, s in nbest),
+                     float(weight))
