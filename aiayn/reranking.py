@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-__all__ = ["DEFAULT_WEIGHT", "Reranked", "add_cli_options", "check_weight", "rerank", "rerank_batch", "reverse_direction",
+__all__ = ["DEFAULT_WEIGHT", "Reranked", "add_cli_options", "check_weight", "cli_weight", "rerank", "rerank_batch", "reverse_direction",
            "reverse_for"]
 
 #: the reverse model's weight the app and ``--rerank`` use by default (chosen on the Ding valid split)
@@ -148,11 +148,29 @@ def reverse_for(translator: Any, direction: str, checkpoint: Any = None, *, devi
 
 
 def add_cli_options(ap: Any) -> None:
-    """``--rerank [WEIGHT]`` and ``--reverse CHECKPOINT`` on an argparse parser (the commands that decode)."""
-    ap.add_argument("--rerank", type=float, nargs="?", const=DEFAULT_WEIGHT, default=None, metavar="WEIGHT",
-                    help="rerank the beam's n-best list with the reverse model: forward score + WEIGHT x log P(source | "
-                         f"output) per source piece (Yee et al. 2019; default weight {DEFAULT_WEIGHT:g}, chosen on the "
-                         "Ding valid split); without it, the paper's beam search")
+    """``--rerank``, ``--rerank-weight W`` and ``--reverse CHECKPOINT`` on an argparse parser (the commands that
+    decode); :func:`cli_weight` reads them back."""
+    ap.add_argument("--rerank", action="store_true",
+                    help="rerank the beam's n-best list with the reverse model: forward score + weight x log P(source | "
+                         "output) per source piece (Yee et al. 2019; not in the paper); without it, the paper's beam search")
+    ap.add_argument("--rerank-weight", type=float, default=None, metavar="W",
+                    help=f"the reverse model's weight (implies --rerank; default {DEFAULT_WEIGHT:g}, chosen on the Ding "
+                         "valid split)")
     ap.add_argument("--reverse", default=None, metavar="CHECKPOINT",
                     help="the reverse model for --rerank (default: the same model if it serves both directions, "
                          "else the shipped checkpoint of the opposite direction)")
+
+
+def cli_weight(args: Any) -> float | None:
+    """The reverse model's weight a command line asked for (:func:`add_cli_options`), or None: no reranking.
+
+    Raises:
+        ValueError (one line): a bad weight; ``--reverse`` without ``--rerank``.
+    """
+    if args.rerank_weight is not None:
+        return check_weight(args.rerank_weight)
+    if args.rerank:
+        return DEFAULT_WEIGHT
+    if args.reverse is not None:
+        raise ValueError("--reverse is the reverse model of --rerank; pass --rerank too")
+    return None

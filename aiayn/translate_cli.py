@@ -46,7 +46,7 @@ def _lines(args: argparse.Namespace) -> Iterable[str]:
 def cli_main(argv: list[str]) -> int:
     """``aiayn translate [--checkpoint DIR | --direction en-de] [--beam-size 4] [--alpha 0.6] TEXT...`` (stdin when
     no TEXT). Exit code 2 on a bad option, a missing or contradicting checkpoint, or any line that failed."""
-    from .reranking import check_weight, rerank, reverse_for
+    from .reranking import cli_weight, rerank, reverse_for
     from .translator import DEFAULT_DIRECTION, Translator, default_checkpoint  # imports torch: only when it runs
 
     args = _parser().parse_args(argv)
@@ -68,11 +68,9 @@ def cli_main(argv: list[str]) -> int:
         return 2
     reverse = None
     try:
-        if args.rerank is not None:
-            check_weight(args.rerank)
+        weight = cli_weight(args)
+        if weight is not None:
             reverse = reverse_for(tr, tr.meta.get("direction") or DEFAULT_DIRECTION, args.reverse, device=args.device)
-        elif args.reverse is not None:
-            raise ValueError("--reverse is the reverse model of --rerank; pass --rerank too")
     except ValueError as exc:
         print(f"aiayn translate: {exc}", file=sys.stderr)
         return 2
@@ -84,7 +82,7 @@ def cli_main(argv: list[str]) -> int:
         try:
             t = tr.translate(text, beam_size=args.beam_size, length_penalty=args.alpha, max_len=args.max_len,
                              return_attention=False, n_best=args.beam_size if reverse is not None else 1)
-            best = t.text if reverse is None else rerank(text, t.nbest, reverse, args.rerank)[0].text
+            best = t.text if reverse is None else rerank(text, t.nbest, reverse, weight)[0].text
         except ValueError as exc:
             print(f"aiayn translate: line {n}: {exc}", file=sys.stderr)
             print(flush=True)

@@ -173,12 +173,15 @@ def test_translate_command_reranks(tiny_checkpoints, pair, monkeypatch, capsys):
 
     fwd, rev = pair
     monkeypatch.setattr(translator, "CHECKPOINTS_DIR", tiny_checkpoints)
-    assert cli_main(["-c", str(tiny_checkpoints / "en-de"), "--rerank", "10", *SOURCES]) == 0
+    assert cli_main(["-c", str(tiny_checkpoints / "en-de"), "--rerank-weight", "10", *SOURCES]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [rerank(s, nbest(fwd, s), rev, 10.0)[0].text for s in SOURCES]
+    # --rerank is a flag: the text may follow it
+    assert cli_main(["-c", str(tiny_checkpoints / "en-de"), "--rerank", SOURCES[0]]) == 0
+    assert capsys.readouterr().out.splitlines() == [rerank(SOURCES[0], nbest(fwd, SOURCES[0]), rev)[0].text]
     assert cli_main(["-c", str(tiny_checkpoints / "en-de"), "--reverse", str(tiny_checkpoints / "de-en"), "x"]) == 2
     assert "pass --rerank too" in capsys.readouterr().err
-    assert cli_main(["-c", str(tiny_checkpoints / "en-de"), "--rerank", "-1", "x"]) == 2
+    assert cli_main(["-c", str(tiny_checkpoints / "en-de"), "--rerank-weight", "-1", "x"]) == 2
     assert "weight" in capsys.readouterr().err
 
 
@@ -195,7 +198,7 @@ def test_evaluate_dev_with_rerank_leaves_the_checkpoints_own_scores_alone(tiny_c
     assert cli_main(["-c", str(ck), "--sets", "classic", "--rerank"]) == 0
     assert not (ck / EVAL_DEV_FILE).exists()
     out = tmp_path / "r.json"
-    assert cli_main(["-c", str(ck), "--sets", "classic", "--rerank", "0.5", "--out", str(out)]) == 0
+    assert cli_main(["-c", str(ck), "--sets", "classic", "--rerank-weight", "0.5", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["decoding"]["rerank"]["weight"] == 0.5
 
 

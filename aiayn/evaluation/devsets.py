@@ -135,7 +135,7 @@ def cli_main(argv: list[str]) -> int:
     """``aiayn evaluate-dev --checkpoint DIR [--sets ...] [--direction D] [--out FILE]``: prints a table and writes
     the scores and hypotheses as JSON. Returns 0, or 2 with a message (a missing or bad checkpoint or set, a
     checkpoint without a direction, bad decoding settings)."""
-    from ..reranking import reverse_for
+    from ..reranking import cli_weight, reverse_for
     from ..translator import Translator  # imports torch: only when the command runs
 
     args = _parser().parse_args(argv)
@@ -146,8 +146,10 @@ def cli_main(argv: list[str]) -> int:
 
     if args.beam_size < 1 or args.batch_size < 1:
         return fail(f"--beam-size and --batch-size must be >= 1, got {args.beam_size} and {args.batch_size}")
-    if args.rerank is None and args.reverse is not None:
-        return fail("--reverse is the reverse model of --rerank; pass --rerank too")
+    try:
+        weight = cli_weight(args)  # None: the paper's beam search
+    except ValueError as exc:
+        return fail(str(exc))
     try:
         sets = load_devsets(args.devsets, args.sets)
         tr = Translator.load(Path(args.checkpoint).expanduser(), device=args.device)
@@ -160,16 +162,16 @@ def cli_main(argv: list[str]) -> int:
     scores: dict[str, dict[str, Any]] = {}
     try:
         for d in directions:
-            reverse = None if args.rerank is None else reverse_for(tr, d, args.reverse, device=args.device)
+            reverse = None if weight is None else reverse_for(tr, d, args.reverse, device=args.device)
             scores[d] = evaluate_devsets(tr, sets, d, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size,
-                                         reverse=reverse, rerank_weight=args.rerank or 0.0)
+                                         reverse=reverse, rerank_weight=weight or 0.0)
     except ValueError as exc:
         return fail(str(exc))
     print(f"{'set':<8} {'direction':<9} {'n':>4} {'BLEU':>6} {'chrF':>6}")
     for d, per_set in scores.items():
         for name, s in per_set.items():
             print(f"{name:<8} {d:<9} {s['n_sentences']:>4} {s['bleu']:>6.2f} {s['chrf']:>6.2f}")
-    if args.out == "-" or (args.rerank is not None and args.out is None):  # the checkpoint's own file holds the paper's
+    if args.out == "-" or (weight is not None and args.out is None):  # the checkpoint's own file holds the paper's
         return 0
     from .scoring import score
 
@@ -180,7 +182,7 @@ def cli_main(argv: list[str]) -> int:
         "model_sha256": sha256_file(Path(args.checkpoint).expanduser() / "model.safetensors"),
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha, "max_len": "source length + 50",
                      "projection": tr.projection.precision,
-                     "rerank": None if args.rerank is None else {"weight": args.rerank,
+                     "rerank": None if weight is None else {"weight": weight,
                                                                  "reverse": args.reverse or "default (reverse_for)"}},
         "signatures": {"bleu": sig["bleu_signature"], "chrf": sig["chrf_signature"]},
         "sets": {name: {"file": f"{name}.tsv", "sha256": sha256_file(Path(args.devsets) / f"{name}.tsv"),

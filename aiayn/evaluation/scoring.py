@@ -228,6 +228,7 @@ def _parser() -> argparse.ArgumentParser:
 def _check_options(args: argparse.Namespace) -> Path:
     """The numeric options' ranges and the data directory; returns the data directory. Raises _Refused."""
     from ..decoding import beam_option_error  # imports torch: only when the command runs
+    from ..reranking import cli_weight
 
     bad = beam_option_error(beam_size=args.beam_size, length_penalty=args.alpha, max_len=args.max_len, cli=True)
     if bad:
@@ -236,8 +237,10 @@ def _check_options(args: argparse.Namespace) -> Path:
         raise _Refused(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.limit is not None and args.limit < 1:
         raise _Refused(f"--limit must be >= 1, got {args.limit}")
-    if args.rerank is None and args.reverse is not None:
-        raise _Refused("--reverse is the reverse model of --rerank; pass --rerank too")
+    try:
+        args.weight = cli_weight(args)  # None: the paper's beam search
+    except ValueError as exc:
+        raise _Refused(str(exc)) from None
     data_dir = Path(args.data).expanduser()
     if not data_dir.is_dir():
         raise _Refused(f"data directory not found: {data_dir}")
@@ -288,7 +291,7 @@ def _read_inputs(args: argparse.Namespace, data_dir: Path, direction: str):
 def _print_report(args: argparse.Namespace, res: dict[str, Any], direction: str, split_file: Path,
                   sources: list[str], refs: list[str]) -> None:
     """The scores table, the sacreBLEU signatures and ``--samples`` sample translations, on stdout."""
-    rerank = "" if args.rerank is None else ", reranked by the reverse model, weight %g" % args.rerank
+    rerank = "" if args.weight is None else ", reranked by the reverse model, weight %g" % args.weight
     rows = [("model (beam %d, alpha %g%s)" % (args.beam_size, args.alpha, rerank), res["model"])]
     if res["baseline"] is not None:
         rows.append(("dictionary word-by-word", res["baseline"]))
@@ -337,8 +340,8 @@ def _results_record(args: argparse.Namespace, tr, res: dict[str, Any], direction
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha,
                      "max_len": args.max_len if args.max_len is not None else "source length + 50",
                      "batch_size": args.batch_size, "projection": tr.projection.precision,
-                     "rerank": None if args.rerank is None else {
-                         "weight": args.rerank, "reverse": args.reverse or "the shipped model of the opposite direction",
+                     "rerank": None if args.weight is None else {
+                         "weight": args.weight, "reverse": args.reverse or "the shipped model of the opposite direction",
                          "method": "beam n-best + weight x log P(source | output) / source pieces (Yee et al. 2019)"}},
         "scores": {
             "model": {"bleu": res["model"]["bleu"], "chrf": res["model"]["chrf"]},
@@ -371,10 +374,10 @@ def _run(args: argparse.Namespace) -> None:
     sources, refs, skipped, lexicon = _read_inputs(args, data_dir, direction)
     started = _dt.datetime.now(_dt.timezone.utc)
     try:
-        reverse = None if args.rerank is None else reverse_for(tr, direction, args.reverse, device=args.device)
+        reverse = None if args.weight is None else reverse_for(tr, direction, args.reverse, device=args.device)
         res = evaluate_translator(tr, sources, refs, beam_size=args.beam_size, alpha=args.alpha, batch_size=args.batch_size,
                                   max_len=args.max_len, lexicon=lexicon, src_lang=direction.split("-")[0],
-                                  progress=not args.no_progress, reverse=reverse, rerank_weight=args.rerank or 0.0)
+                                  progress=not args.no_progress, reverse=reverse, rerank_weight=args.weight or 0.0)
     except ValueError as exc:
         raise _Refused(str(exc)) from None
     _print_report(args, res, direction, data_dir / (args.split + ".tsv"), sources, refs)
