@@ -113,7 +113,8 @@ def run(ctx) -> list:
     """The ``decode`` group: latency (median, p95) per sentence length x {greedy, beam 4} x {cache, no
     cache}; the cache speed-up (plus, with a checkpoint, on the random stand-in at a fixed output length);
     live translation (beam 4, cache, maps returned, as the app asks); batch
-    throughput (sentences/s, beam 4, cache)."""
+    throughput (sentences/s, beam 4, cache); with a checkpoint, the cost of reverse-model reranking
+    (:func:`rerank_cost_row`)."""
     from .report import Row, na
 
     rows: list = []
@@ -177,4 +178,31 @@ def run(ctx) -> list:
                              warmup=1, repeats=max(2, ctx.repeats // 3), device=device))
         rows.append(Row(f"decode.{device}.batch_throughput", "decode", device, f"batch translation, {len(batch)} sentences, beam 4, cache",
                         len(batch) / st.median, "sent/s", f"median batch {st.median:.2f} s", {"stats_s": st.to_dict(), "sentences": len(batch)}))
+        if subject.translator is not None:
+            rows.append(rerank_cost_row(subject.translator, device, ctx))
     return rows
+
+
+def rerank_cost_row(translator: Any, device: str, ctx) -> Any:
+    """One row: a 15-word sentence translated (beam 4, its 4-best list, no maps) and reranked by the reverse model
+    (:mod:`aiayn.reranking`), over the same translation alone: median over median, in one run."""
+    from aiayn.reranking import rerank, reverse_for
+
+    from .report import Row, na
+
+    key, label = f"decode.{device}.rerank_cost.medium", "reverse-model reranking, 15 words, beam 4: time over beam search alone"
+    try:
+        reverse = reverse_for(translator, translator.meta.get("direction") or "en-de", device=device)
+    except ValueError as exc:
+        return na(key, "decode", device, label, "x", f"no reverse model: {exc}")
+    text = SENTENCES["medium"]
+
+    def beam() -> Any:
+        return translator.translate(text, beam_size=4, n_best=4, return_attention=False)
+
+    times = {}
+    for name, fn in (("beam", beam), ("reranked", lambda: rerank(text, beam().nbest, reverse))):
+        times[name] = Stats.of(repeat(fn, warmup=min(ctx.warmup, 2), repeats=ctx.latency_repeats, device=device)).median
+    return Row(key, "decode", device, label, times["reranked"] / times["beam"], "x",
+               f"median {1000 * times['reranked']:.1f} ms reranked, {1000 * times['beam']:.1f} ms beam search alone",
+               {"median_s": times})
