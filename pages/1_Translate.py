@@ -241,6 +241,9 @@ ui.show_figure(fig, key="alignment", filename=f"alignment_{ctx.direction}_L{laye
 ui.download_buttons(lambda: result.attention.to_dataframe(kinds=["cross"]), lambda: result.attention.to_json(),
                     f"attention_{ctx.direction}" + (f"_sentence{pick}" if n > 1 else ""), key="tr-dl")
 
-explorer_params = ui.nav_query_params(text=result.source, kind="cross", layer=layer, head=head or "mean")
-ui.page_link("pages/2_Attention_Explorer.py", label="Open this sentence in the attention explorer",
-             icon=":material/search:", query_params=explorer_params)
+forced = result.mode == "teacher-forced"  # a reranked translation the beam did not put first: the explorer feeds it
+explorer_params = ui.nav_query_params(text=result.source, kind="cross", layer=layer, head=head or "mean",
+                                      **({"mode": "forced", "ref": result.reference} if forced else {}))
+ui.page_link("pages/2_Attention_Explorer.py", label="Open this sentence in the attention explorer"
+             + (" (this translation, teacher-forced)" if forced else ""), icon=":material/search:",
+             query_params=explorer_params)

@@ -310,6 +310,10 @@ def test_rerank_toggle_shows_the_reverse_models_choice_with_its_own_maps(checkpo
     assert heat["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(forced.decoder_input_tokens,
                                                                                  forced.output_tokens))]
     assert np.allclose(arr(heat["z"]), forced.attention.cross[-1, 0].float().mean(0).numpy(), atol=1e-5)
+    # the explorer link opens the same translation, fed to the decoder
+    [link] = [pl for pl in at.get("page_link") if pl.proto.label.startswith("Open this sentence")]
+    q = parse_qs(link.proto.query_string)
+    assert q["mode"] == ["forced"] and q["ref"] == [rows[0].text] and q["text"] == [moved[0]]
     # off again: the paper's beam search, its own table
     at.toggle(key="rerank").set_value(False).run()
     assert at.subheader[0].value == fwd.translate(moved[0], n_best=4, return_attention=False).text
@@ -318,6 +322,8 @@ def test_rerank_toggle_shows_the_reverse_models_choice_with_its_own_maps(checkpo
     at = run({"text": stayed[0], "rerank": "true"})
     assert at.subheader[0].value == want[stayed[0]][0].text
     assert any("stays first" in c.value for c in at.caption)
+    [link] = [pl for pl in at.get("page_link") if pl.proto.label.startswith("Open this sentence")]
+    assert "mode" not in parse_qs(link.proto.query_string)  # the beam's own output: the explorer decodes it too
 
 
 def test_rerank_without_a_reverse_model_falls_back_with_a_warning(tmp_path, monkeypatch, tiny_checkpoints):
