@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,26 @@ def test_view_lives_in_the_url(server, page):
     page.wait_for_function("() => new URL(location.href).searchParams.get('kind') === 'encoder'")
     wait_ready(page)
     assert "encoder" in page.locator("[data-testid=stPlotlyChart] .gtitle").first.text_content().lower()
+
+
+def test_rerank_switch_in_the_browser(server, page, e2e_checkpoints):
+    """The Translate page's reverse-model reranking in a real browser: switching it on shows the reverse model's
+    choice (computed here with the library) and the reranked n-best table; the URL keeps the switch."""
+    from aiayn import Translator
+    from aiayn.reranking import rerank
+
+    text = "The cat sat on the mat."
+    fwd, rev = (Translator.load(e2e_checkpoints / d, device="cpu") for d in ("en-de", "de-en"))
+    t = fwd.translate(text, n_best=4, return_attention=False)
+    want = rerank(text, t.nbest, rev)[0].text
+    page.goto(page_url(server, "pages/1_Translate.py", "text=" + quote(text)))
+    wait_ready(page)
+    page.get_by_text("Rerank with the reverse model").click()
+    page.wait_for_function("() => new URL(location.href).searchParams.get('rerank') === 'true'")
+    wait_ready(page)
+    _no_exception(page)
+    assert page.locator("h3").filter(has_text=want).count() == 1, page.locator("h3").all_inner_texts()
+    assert page.get_by_text("n-best list, reranked").count() == 1
+    assert page.get_by_text("log P(src | out)").count() == 1
+    screenshot(page, "1_translate_reranked")
+    assert not page.console_errors(), page.console_errors()
