@@ -21,8 +21,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-__all__ = ["DEFAULT_WEIGHT", "Reranked", "add_cli_options", "check_weight", "cli_weight", "rerank", "rerank_batch", "reverse_direction",
-           "reverse_for"]
+__all__ = ["DEFAULT_WEIGHT", "Recovery", "Reranked", "add_cli_options", "check_weight", "cli_weight", "rerank",
+           "rerank_batch", "reverse_direction", "reverse_for", "source_recovery"]
 
 #: the reverse model's weight the app and ``--rerank`` use by default (chosen on the Ding valid split)
 DEFAULT_WEIGHT = 0.5
@@ -122,6 +122,41 @@ def rerank(source: str, nbest: Sequence[tuple[str, float]], reverse: Any,
            weight: float = DEFAULT_WEIGHT) -> list[Reranked]:
     """:func:`rerank_batch` of one source's n-best list (``Translation.nbest``); the same errors."""
     return rerank_batch([source], [nbest], reverse, weight)[0]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How well the reverse model gets the source back from a translation, piece by piece: ``log P(x_i | y, x_<i)``
+    for each piece ``x_i`` of the source (and ``</s>``) under the model of the opposite direction. A piece it finds
+    improbable is one the translation ``y`` may have left out or changed.
+
+    Attributes:
+        translation: ``y``.
+        pieces: the source's pieces as the reverse model predicts them, ``</s>`` last.
+        log_probs: one natural-log probability per piece.
+    """
+
+    translation: str
+    pieces: list[str]
+    log_probs: list[float]
+
+    @property
+    def total(self) -> float:
+        """``log P(x | y)``, the sum (what :func:`rerank` weighs)."""
+        return float(sum(self.log_probs))
+
+
+def source_recovery(source: str, translation: str, reverse: Any) -> Recovery:
+    """:class:`Recovery` of ``source`` from ``translation`` under ``reverse`` (the Translator of the opposite
+    direction; :meth:`~aiayn.translator.Translator.piece_log_probs`).
+
+    Raises:
+        ValueError: an empty source or translation (an empty output gives the reverse encoder nothing to read).
+    """
+    if not isinstance(translation, str) or not translation.strip():
+        raise ValueError("the translation is empty: there is nothing to translate the source back from")
+    pieces, log_probs = reverse.piece_log_probs(translation, source)
+    return Recovery(translation, pieces, log_probs)
 
 
 def reverse_for(translator: Any, direction: str, checkpoint: Any = None, *, device: Any = None) -> Any:

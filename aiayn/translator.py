@@ -478,6 +478,19 @@ class Translator:
         )
         return tr, probs
 
+    def piece_log_probs(self, source: str, target: str) -> tuple[list[str], list[float]]:
+        """``log P(target piece t | source, target pieces < t)`` under this model, piece by piece (one teacher-forced
+        pass, no maps): ``(pieces, log-probabilities)``, the target's pieces and ``</s>`` last, natural log (float32
+        values as floats). Their sum is :meth:`log_likelihoods`' number for the pair.
+
+        Raises:
+            ValueError: an empty or non-string source or target.
+        """
+        src_ids = self.encode_source(source).ids
+        tgt_ids = calls.encode_reference(self.tokenizer, self.cfg, target).ids
+        forced = calls.teacher_forced_ids(self.model, [src_ids], [tgt_ids], amp=True)
+        return self.pieces(tgt_ids), [float(v) for v in forced.target_log_probs(self.cfg.pad_id)[0].tolist()]
+
     def log_likelihoods(self, sources: Sequence[str], targets: Sequence[str], *,
                         batch_size: int = 64) -> list[tuple[float, int]]:
         """``log P(target | source)`` under this model for each pair, by one teacher-forced pass per batch (no maps):

@@ -15,6 +15,7 @@ from aiayn.app.pickers import head_picker, layer_picker
 from aiayn.app.state import seed_form, write_view
 from aiayn.analysis import kind_stack, query_labels, split_sentences, unique_labels, unseen_script_share
 from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
+from aiayn.figures.reranking import recovery_bars
 from aiayn.evaluation.modelcard import quality_verdict
 from aiayn.reranking import DEFAULT_WEIGHT, reverse_direction
 
@@ -222,6 +223,26 @@ with right:
     st.markdown("**SentencePiece pieces** (`▁` marks the start of a word)")
     st.markdown("Source: " + chips(result.src_tokens))
     st.markdown("Output: " + chips(result.output_tokens))
+
+# -- what the translation keeps of the source: the reverse model reads it back ------------------------------------
+if reranked is not None:
+    rows = reranked[pick - 1]
+    st.markdown("#### What the translation keeps of the source")
+    st.caption(f"The {reverse_direction(ctx.direction)} model reads a translation and predicts the source piece by "
+               "piece: a low bar is a piece it cannot get back, something the translation may have left out or "
+               "changed. Its log-probabilities summed are the log P(source | translation) of the table above.")
+    choices = [r["text"] for r in rows if r["text"].strip()]
+    if choices:
+        chosen = st.selectbox("Translation read back", choices, key="tr_recover",
+                              format_func=lambda t: f"#{choices.index(t) + 1}: {t}")
+        chosen = chosen if chosen in choices else choices[0]
+        try:
+            rec = ui.recovered_source(ctx.direction, sentences[pick - 1], chosen)
+        except (ValueError, ui.ModelUnavailable) as exc:
+            st.warning(f"Could not read the source back: {exc}")
+        else:
+            ui.show_figure(recovery_bars(rec["pieces"], rec["log_probs"], template=ctx.template), key="recovery",
+                           filename=f"source_recovery_{ctx.direction}")
 
 # -- cross-attention alignment --------------------------------------------------------------------------------
 st.markdown("#### Alignment: encoder-decoder attention")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -306,10 +307,19 @@ def test_rerank_toggle_shows_the_reverse_models_choice_with_its_own_maps(checkpo
     assert [float(s) for s in table["score"]] == pytest.approx([r.score for r in rows], abs=5e-4)
     assert any(f"beam's #{rows[0].beam_rank + 1}" in c.value for c in at.caption)
     forced, _ = fwd.force(moved[0], rows[0].text)
-    heat = spec(at)["data"][0]
+    heat = [d for c in at.get("plotly_chart") for d in json.loads(c.proto.spec)["data"] if d["type"] == "heatmap"][0]
     assert heat["y"] == [esc(f"{i}:{a}→{b}") for i, (a, b) in enumerate(zip(forced.decoder_input_tokens,
                                                                                  forced.output_tokens))]
     assert np.allclose(arr(heat["z"]), forced.attention.cross[-1, 0].float().mean(0).numpy(), atol=1e-5)
+    # what the shown translation keeps of the source: the reverse model's piece probabilities
+    from aiayn.reranking import source_recovery
+
+    chart = [c for c in at.get("plotly_chart") if json.loads(c.proto.spec)["layout"].get("yaxis", {}).get("title", {})
+             .get("text") == "P(piece | translation)"]
+    assert len(chart) == 1
+    rec = source_recovery(moved[0], rows[0].text, rev)
+    assert arr(json.loads(chart[0].proto.spec)["data"][0]["y"]) == pytest.approx([math.exp(v) for v in rec.log_probs],
+                                                                                 abs=1e-5)
     # the explorer link opens the same translation, fed to the decoder
     [link] = [pl for pl in at.get("page_link") if pl.proto.label.startswith("Open this sentence")]
     q = parse_qs(link.proto.query_string)

@@ -206,3 +206,39 @@ def test_reranked_to_dict_round_trips():
     r = Reranked("x", 1, -1.0, -2.0, 3, -1.5)
     assert Reranked(**r.to_dict()) == r
     assert reranking.DEFAULT_WEIGHT == check_weight(reranking.DEFAULT_WEIGHT)
+
+
+def test_source_recovery_is_the_reverse_log_probability_piece_by_piece(pair):
+    from aiayn.reranking import source_recovery
+
+    fwd, rev = pair
+    for src in SOURCES:
+        nb = nbest(fwd, src)
+        rows = {r.text: r for r in rerank(src, nb, rev, 0.5)}
+        for hyp, _ in nb:
+            if not hyp.strip():
+                continue
+            rec = source_recovery(src, hyp, rev)
+            assert rec.translation == hyp and len(rec.pieces) == len(rec.log_probs) == rows[hyp].source_pieces
+            assert rec.pieces[-1] == "</s>" and all(v <= 0 for v in rec.log_probs)
+            assert rec.total == pytest.approx(rows[hyp].reverse_log_prob, abs=1e-4)
+    with pytest.raises(ValueError, match="empty"):
+        source_recovery("I have no time.", "  ", rev)
+
+
+def test_recovery_bars_draw_each_piece_and_mark_the_lost_ones():
+    from aiayn.figures.reranking import LOW_PROBABILITY, recovery_bars
+
+    pieces, lp = ["▁Der", "▁Computer", "▁schon", "</s>"], [-0.3, -0.9, -9.6, float("-inf")]
+    fig = recovery_bars(pieces, lp, title="a <b>title</b>")
+    bars = fig.data[0]
+    assert list(bars.y) == pytest.approx([math.exp(v) for v in lp])
+    assert list(bars.x) == ["0:▁Der", "1:▁Computer", "2:▁schon", "3:&lt;/s&gt;"]
+    assert [c != bars.marker.color[0] for c in bars.marker.color] == [False, False, True, True]
+    marks = fig.data[1]  # the lost pieces, marked above the axis
+    assert list(marks.x) == ["2:▁schon", "3:&lt;/s&gt;"] and all(math.exp(v) < LOW_PROBABILITY for v in lp[2:])
+    assert "&lt;b&gt;" in fig.layout.title.text
+    assert len(recovery_bars(pieces[:2], lp[:2]).data) == 1  # nothing lost: no markers
+    for bad_p, bad_lp in ((pieces, lp[:3]), ([], []), (["a"], [0.5]), (["a"], [float("nan")])):
+        with pytest.raises(ValueError):
+            recovery_bars(bad_p, bad_lp)
