@@ -181,7 +181,9 @@ m4.metric("Output pieces", sum(len(r.output_tokens) for r in results))
 pick = 1
 if n > 1:
     with st.expander(f"Sentence by sentence ({n})"):
-        st.table(pd.DataFrame({"#": range(1, n + 1), "score": [f"{r.score:.3f}" for r in results],
+        scores = [r.score for r in results] if reranked is None else [rows[0]["score"] for rows in reranked]
+        st.table(pd.DataFrame({"#": range(1, n + 1),
+                               "reranked score" if reranked else "score": [f"{v:.3f}" for v in scores],
                                "source": [plain(x) for x in sentences],
                                "translation": [plain(t) for t in texts]}), hide_index=True)
     ui.warn_bad_param("sent", [str(i) for i in range(1, n + 1)], f"the sentence must be 1 to {n}")

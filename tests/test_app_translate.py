@@ -353,3 +353,21 @@ def test_rerank_without_a_reverse_model_falls_back_with_a_warning(tmp_path, monk
     assert at.subheader[0].value == Translator.load(tmp_path / "en-de").translate("I have no time.").text
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+def test_rerank_long_input_reranks_each_sentence(checkpoints, tiny_checkpoints):
+    from aiayn import Translator
+    from aiayn.reranking import DEFAULT_WEIGHT, rerank
+
+    fwd, rev = (Translator.load(tiny_checkpoints / d, device="cpu") for d in ("en-de", "de-en"))
+    sentences = (RERANK_CANDIDATES * 8)[:20]
+    text = " ".join(sentences)
+    assert len(text) > 300
+    at = run({"text": text, "rerank": "true"})
+    assert not at.exception, at.exception
+    best = {s: rerank(s, fwd.translate(s, n_best=4, return_attention=False).nbest, rev, DEFAULT_WEIGHT)[0]
+            for s in set(sentences)}
+    assert at.text[0].value == " ".join(best[s].text for s in sentences)
+    table = at.table[0].value
+    assert "reranked score" in table.columns
+    assert [float(v) for v in table["reranked score"]] == pytest.approx([best[s].score for s in sentences], abs=5e-4)
