@@ -9,8 +9,9 @@ when ``x`` cannot be recovered from ``y``. This module rescores the n-best list 
 
 where ``|x|`` counts the source's pieces and ``</s>`` as the reverse model reads them, and returns the list in the
 new order. It is the direct + channel part of Yee et al. (2019), "Simple and Effective Noisy Channel Modeling for
-Neural Machine Translation" (their language-model term left out: we ship no language model), applied as the n-best
-reranking of Sennrich et al. (2016, right-to-left and reverse models). ``weight`` 0 keeps the beam's order.
+Neural Machine Translation" (their language-model term left out: we ship no language model), applied to an n-best
+list as the MMI-bidi reranking of Li et al. (2016), "A Diversity-Promoting Objective Function for Neural Conversation
+Models" (log P(T | S) + lambda log P(S | T)). ``weight`` 0 keeps the beam's order.
 
 The default weight (:data:`DEFAULT_WEIGHT`) was chosen on the Ding valid split, apart from the test split and the
 development sets that judge it (docs/decoding.md, "Reverse-model reranking").
