@@ -25,12 +25,13 @@ STILL_WRONG = {
 }
 
 
-def _cases():
+def _cases(still_wrong: dict[tuple[str, str], str], how: str = ""):
+    """Every demo sentence of both directions, those in ``still_wrong`` as strict xfails."""
     for d in DIRECTIONS:
         for src, accepted in demo_sentences(d):
             marks = []
-            if (d, src) in STILL_WRONG:
-                marks = [pytest.mark.xfail(strict=True, reason=f"the shipped {d} writes {STILL_WRONG[d, src]!r}")]
+            if (d, src) in still_wrong:
+                marks = [pytest.mark.xfail(strict=True, reason=f"{how}the shipped {d} writes {still_wrong[d, src]!r}")]
             yield pytest.param(d, src, accepted, marks=marks, id=f"{d}:{src}")
 
 
@@ -47,7 +48,7 @@ def translators():
     return out
 
 
-@pytest.mark.parametrize("direction, source, accepted", list(_cases()))
+@pytest.mark.parametrize("direction, source, accepted", list(_cases(STILL_WRONG)))
 def test_demo_sentence_translates_correctly(translators, direction, source, accepted):
     hyp = translators[direction].translate(source, beam_size=4, length_penalty=0.6).text
     assert hyp in accepted, f"{direction} {source!r} -> {hyp!r}; right would be one of {accepted}"
@@ -63,17 +64,7 @@ STILL_WRONG_RERANKED = {
 }
 
 
-def _reranked_cases():
-    for d in DIRECTIONS:
-        for src, accepted in demo_sentences(d):
-            marks = []
-            if (d, src) in STILL_WRONG_RERANKED:
-                marks = [pytest.mark.xfail(strict=True, reason=f"reranked, the shipped {d} writes "
-                                                               f"{STILL_WRONG_RERANKED[d, src]!r}")]
-            yield pytest.param(d, src, accepted, marks=marks, id=f"{d}:{src}")
-
-
-@pytest.mark.parametrize("direction, source, accepted", list(_reranked_cases()))
+@pytest.mark.parametrize("direction, source, accepted", list(_cases(STILL_WRONG_RERANKED, "reranked, ")))
 def test_demo_sentence_reranked_by_the_reverse_model(translators, direction, source, accepted):
     """The Translate page's "Rerank with the reverse model" switch on the demo sentences: right where the beam is
     right (reranking must not break one), and right for the cat."""
