@@ -42,6 +42,11 @@ checkpoints folder beside the shipped models and served with ``?model=`` (:mod:`
 a small model of the same kind). Its rows are ``classroom.cpu.opus_shape.n<N>....``, the same measurements, the
 parameter count in every note. ``AIAYN_BENCH_CLASSROOM=shipped`` or ``=opus_shape`` runs one class only (default
 both).
+
+**The reranked class** (``AIAYN_BENCH_CLASSROOM=rerank``, only when named): the shipped model's levels with every
+student on Translate and ``?rerank=true`` (:mod:`aiayn.reranking`: the n-best list reranked and read back by the
+de-en model), each checked against the reranked translation and, where the beam did not put it first, the maps of its
+teacher-forced pass. Rows ``classroom.cpu.rerank.n<N>....``.
 """
 from __future__ import annotations
 
@@ -91,8 +96,10 @@ WARMUP = {"translate": "Good morning, everyone.", "explorer": "Thank you very mu
 BATCH_NOTE = re.compile(r"a batch of (\d+) sentences")
 #: the server's settings that change its capacity (aiayn.app.models), recorded with the results
 SERVER_ENV = ("AIAYN_MAX_BATCH", "AIAYN_TORCH_THREADS", "AIAYN_GATHER_MS", "AIAYN_SERVE_PROJECTION")
-#: the group's two classes (:func:`parts`) and the variable that picks them
+#: the group's two classes (:func:`parts`) and the variable that picks them; ``rerank`` (the shipped model's class
+#: on Translate with the reverse-model reranking switched on) runs only when named
 PARTS, PARTS_ENV = ("shipped", "opus_shape"), "AIAYN_BENCH_CLASSROOM"
+EXTRA_PARTS = ("rerank",)
 
 
 # -- one student over the WebSocket ---------------------------------------------------------------------------
@@ -214,18 +221,32 @@ def check(res: dict[str, Any], ref: dict[str, Any]) -> str | None:
     return f"no heatmap equals a cross-attention map of the lone translation (shapes {[z.shape for z in res['heatmaps']]})"
 
 
-def lone_references(checkpoint: Path, sentences: list[str]) -> dict[str, dict[str, Any]]:
+def lone_references(checkpoint: Path, sentences: list[str], *, rerank: bool = False) -> dict[str, dict[str, Any]]:
     """What a lone student gets for each sentence, computed here without Streamlit: ``text`` and the candidate
-    heatmaps (each layer's cross-attention, per head and head mean, ``(T, S)``) and ``pieces`` (output length)."""
+    heatmaps (each layer's cross-attention, per head and head mean, ``(T, S)``) and ``pieces`` (output length).
+    ``rerank``: what the Translate page shows with ``?rerank=true`` (:mod:`aiayn.reranking` with the checkpoint of
+    the opposite direction beside ``checkpoint``): the reranked translation, and when the beam did not put it first,
+    the maps of its teacher-forced pass."""
     from aiayn import Translator
+    from aiayn.reranking import DEFAULT_WEIGHT, reverse_direction
 
     tr = Translator.load(checkpoint, device="cpu")
+    if rerank:
+        from aiayn.reranking import rerank as rerank_nbest
+
+        back = reverse_direction(tr.meta.get("direction") or checkpoint.name)
+        reverse = Translator.load(checkpoint.parent / back, device="cpu").for_direction(back)
     out = {}
     for s in sentences:
         t = tr.translate(s, beam_size=4, length_penalty=0.6, n_best=4)
+        text = t.text
+        if rerank:
+            best = rerank_nbest(s, t.nbest, reverse, DEFAULT_WEIGHT)[0]
+            if best.beam_rank != 0:  # the page heads with the hypothesis and draws its forced pass's maps
+                text, (t, _) = best.text, tr.force(s, best.text)
         cross = t.attention.cross.float().numpy()[:, 0]  # (L, H, T, S)
         cands = [c for layer in cross for c in (*layer, layer.mean(axis=0))]
-        out[s] = {"text": t.text, "maps": [np.asarray(c, dtype=float) for c in cands], "pieces": len(t.output_ids)}
+        out[s] = {"text": text, "maps": [np.asarray(c, dtype=float) for c in cands], "pieces": len(t.output_ids)}
     return out
 
 
@@ -334,17 +355,20 @@ async def _level(port: int, jobs: list[tuple[str, str]], timeout: float,
 
 def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | None, quick: bool,
                extra_server_args: list[str] | None = None, server_env: dict[str, str] | None = None,
-               query: dict[str, str] | None = None, log=print) -> dict[str, Any]:
+               query: dict[str, str] | None = None, pages: tuple[str, ...] = ("translate", "explorer"),
+               rerank: bool = False, log=print) -> dict[str, Any]:
     """Start one server (``server_env`` on top of this process's environment), warm it, run each level (N students
-    at once, half Translate and half explorer, probes among them when ``chromium``; every URL also carries
-    ``query``, such as ``{"model": name}``), stop the server; returns per-level results (see the module docstring)."""
+    at once, spread over ``pages`` in turn: half Translate and half explorer by default; probes among them when
+    ``chromium``; every URL also carries ``query``, such as ``{"model": name}``), stop the server; returns per-level
+    results (see the module docstring). ``rerank``: the students are checked against the reranked translation
+    (:func:`lone_references`; for a class on Translate with ``?rerank=true``)."""
     timeout = 60.0 if quick else 90.0
     group_deadline = time.monotonic() + (240.0 if quick else 900.0)
     need = sum(levels)
     if need > len(SENTENCES):
         raise ValueError(f"levels {levels} need {need} sentences, {len(SENTENCES)} are defined")
     sentences = list(SENTENCES[:need])
-    refs = lone_references(checkpoint, sentences + list(WARMUP.values()))
+    refs = lone_references(checkpoint, sentences + [WARMUP[p] for p in pages], rerank=rerank)
     port = free_port()
     proc = start_server(port, extra_server_args, env=server_env)
     out: dict[str, Any] = {"port": port, "pid": proc.pid, "levels": []}
@@ -353,7 +377,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
         # (Sessions arriving together at a cold server no longer fail on their imports since aiayn.app.preload:
         # tests/test_cold_server.py.)
         out["warmup"] = []
-        for page, text in WARMUP.items():
+        for page, text in ((p, WARMUP[p]) for p in pages):
             w = _run_async(_level(port, [(page, text)], timeout * 2, query))[0]  # loads torch and the model
             out["warmup"].append({"page": page, "seconds": w.get("seconds"), "error": check(w, refs[text])})
         used = 0
@@ -363,7 +387,7 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
                 continue
             mine = sentences[used:used + n]
             used += n
-            jobs = [("translate" if i % 2 == 0 else "explorer", s) for i, s in enumerate(mine)]
+            jobs = [(pages[i % len(pages)], s) for i, s in enumerate(mine)]
             n_probes = 2 if (chromium and not quick and n >= 10) else 0
             probe_jobs = [(p, s, refs[s]["text"]) for p, s in jobs[:n_probes]]
             ws_jobs = jobs[n_probes:]
@@ -400,16 +424,16 @@ def run_levels(*, levels: tuple[int, ...], checkpoint: Path, chromium: str | Non
 
 
 def parts() -> tuple[str, ...]:
-    """Which classes the group runs: ``$AIAYN_BENCH_CLASSROOM`` (comma-separated ``shipped``, ``opus_shape``),
-    default both.
+    """Which classes the group runs: ``$AIAYN_BENCH_CLASSROOM`` (comma-separated ``shipped``, ``opus_shape``,
+    ``rerank``), default the first two.
 
     Raises:
         ValueError: an unknown part."""
     text = os.environ.get(PARTS_ENV, "").strip()
     chosen = tuple(p.strip() for p in text.split(",") if p.strip()) if text else PARTS
-    bad = [p for p in chosen if p not in PARTS]
+    bad = [p for p in chosen if p not in PARTS + EXTRA_PARTS]
     if bad or not chosen:
-        raise ValueError(f"${PARTS_ENV}={text!r}: choose from {','.join(PARTS)}")
+        raise ValueError(f"${PARTS_ENV}={text!r}: choose from {','.join(PARTS + EXTRA_PARTS)}")
     return chosen
 
 
@@ -425,6 +449,8 @@ def run(ctx) -> list:
         except ImportError:
             chromium = None
     rows = run_shipped(ctx, chromium) if "shipped" in chosen else []
+    if "rerank" in chosen:
+        rows += run_shipped(ctx, chromium, rerank=True)
     if "opus_shape" in chosen:
         from .classroom_opus import run_opus_shape
 
@@ -432,12 +458,15 @@ def run(ctx) -> list:
     return rows
 
 
-def run_shipped(ctx, chromium: str | None) -> list:
-    """The class on the shipped ``en-de`` checkpoint (or ``$AIAYN_CHECKPOINTS/en-de``)."""
+def run_shipped(ctx, chromium: str | None, *, rerank: bool = False) -> list:
+    """The class on the shipped ``en-de`` checkpoint (or ``$AIAYN_CHECKPOINTS/en-de``). ``rerank``: every student on
+    Translate with ``?rerank=true`` (the reverse model's reranking and read-back: one more model run per student, two
+    when the beam's output is not the one shown), rows under ``classroom.cpu.rerank``."""
     from .report import na
 
     levels = QUICK_LEVELS if ctx.quick else LEVELS
-    top = f"classroom.cpu.n{levels[-1]}.all.p95"
+    prefix = "classroom.cpu.rerank" if rerank else "classroom.cpu"
+    top = f"{prefix}.n{levels[-1]}.all.p95"
     name = f"{levels[-1]} students, p95 to translation and heatmap"
     if not (REPO / "app.py").is_file():
         return [na(top, "classroom", "cpu", name, "s", "app.py does not exist")]
@@ -451,12 +480,17 @@ def run_shipped(ctx, chromium: str | None) -> list:
         return [na(top, "classroom", "cpu", name, "s", f"no checkpoint at {checkpoint}")]
     ctx.log(f"[classroom] levels {levels}, one server, checkpoint {checkpoint}, probes: {chromium or 'none'}")
     try:
-        res = run_levels(levels=levels, checkpoint=checkpoint, chromium=chromium, quick=ctx.quick, log=ctx.log)
+        res = run_levels(levels=levels, checkpoint=checkpoint, chromium=chromium, quick=ctx.quick, log=ctx.log,
+                         **({"query": {"rerank": "true"}, "pages": ("translate",), "rerank": True} if rerank else {}))
     except Exception as exc:  # noqa: BLE001 - a broken app must not lose the other groups
         return [na(top, "classroom", "cpu", name, "s", f"{type(exc).__name__}: {str(exc)[:200]}")]
-    ctx.info["classroom"] = {"checkpoint": str(checkpoint), "warmup": res["warmup"],
+    ctx.info["classroom_rerank" if rerank else "classroom"] = {"checkpoint": str(checkpoint), "warmup": res["warmup"],
                              "server_env": {k: os.environ.get(k, "(default)") for k in SERVER_ENV}}
-    rows = rows_of(res)
+    rows = rows_of(res, prefix=prefix)
+    if rerank:
+        for r in rows:
+            r.name = "reranked " + r.name
+            r.note = (r.note + "; " if r.note else "") + "every student on Translate with ?rerank=true"
     failed = [f"{w['page']}: {w['error']}" for w in res["warmup"] if w["error"]]
     if failed:  # say it on every row: the first level then also paid for the warm-up
         for r in rows:
@@ -479,6 +513,8 @@ def rows_of(res: dict[str, Any], prefix: str = "classroom.cpu") -> list:
         n_ws = len(students)
         for page in ("translate", "explorer", "all"):
             mine = [s for s in students if page == "all" or s["page"] == page]
+            if not mine and page != "all":  # a class on one page only (the reranked class): no rows for the other
+                continue
             ok = [s["seconds"] for s in mine if not s["wrong"]]
             label = {"translate": "Translate", "explorer": "explorer", "all": "both pages"}[page]
             if not ok:
@@ -502,11 +538,14 @@ def rows_of(res: dict[str, Any], prefix: str = "classroom.cpu") -> list:
                         f"({n_ws} protocol students, {len(lv['probes'])} browser probes)", {"wall_s": lv["wall_s"]}))
         rows.append(Row(f"{base}.peak_rss", "classroom", "cpu", f"classroom {n} students, server peak RSS (VmHWM)",
                         lv["peak_rss_mib"], "MiB", "high-water mark of the one server process so far"))
-        for p in lv["probes"]:
+        probe_pages = [p.get("page") for p in lv["probes"]]
+        for k, p in enumerate(lv["probes"]):
+            # two probes on one page (the reranked class) get their number in the id
+            nth = f".{probe_pages[:k].count(p.get('page')) + 1}" if probe_pages.count(p.get("page")) > 1 else ""
             if "error" in p:
                 rows.append(na(f"{base}.probe", "classroom", "cpu", f"classroom {n} students, Chromium probe", "s", p["error"]))
             else:
-                rows.append(Row(f"{base}.probe.{p['page']}", "classroom", "cpu",
+                rows.append(Row(f"{base}.probe.{p['page']}{nth}", "classroom", "cpu",
                                 f"classroom {n} students, Chromium probe tab, {'Translate' if p['page'] == 'translate' else 'explorer'}",
                                 p["seconds"], "s", "navigation to translation text + painted heatmap (JS cached)", {"text": p["text"]}))
     return rows

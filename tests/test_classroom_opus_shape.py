@@ -127,3 +127,46 @@ def test_an_unknown_part_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(classroom.PARTS_ENV, "opus")
     with pytest.raises(ValueError, match="choose from shipped,opus_shape"):
         classroom.parts()
+
+
+def test_the_reranked_class_is_named_only(monkeypatch):
+    monkeypatch.setenv(classroom.PARTS_ENV, "rerank")
+    assert classroom.parts() == ("rerank",)
+    monkeypatch.setenv(classroom.PARTS_ENV, "")
+    assert "rerank" not in classroom.parts()
+
+
+def test_reranked_references_are_what_the_reranked_translate_page_shows(tiny_checkpoints):
+    """The reranked class checks each student against the reranked translation and, when the beam did not put it
+    first, the cross-attention of its teacher-forced pass (what pages/1_Translate.py shows)."""
+    import numpy as np
+
+    from aiayn import Translator
+    from aiayn.reranking import DEFAULT_WEIGHT, rerank
+
+    sentences = list(classroom.SENTENCES) + ["Good morning!", "The cat sat on the mat.", "We will go home tomorrow."]
+    fwd, rev = (Translator.load(tiny_checkpoints / d, device="cpu") for d in ("en-de", "de-en"))
+    plain = classroom.lone_references(tiny_checkpoints / "en-de", sentences)
+    refs = classroom.lone_references(tiny_checkpoints / "en-de", sentences, rerank=True)
+    moved = 0
+    for s in sentences:
+        best = rerank(s, fwd.translate(s, beam_size=4, length_penalty=0.6, n_best=4).nbest, rev, DEFAULT_WEIGHT)[0]
+        assert refs[s]["text"] == best.text
+        if best.beam_rank == 0:
+            assert refs[s]["text"] == plain[s]["text"]
+            continue
+        moved += 1
+        forced, _ = fwd.force(s, best.text)
+        want = forced.attention.cross.float().numpy()[-1, 0].mean(axis=0)
+        assert any(m.shape == want.shape and np.allclose(m, want, atol=1e-6) for m in refs[s]["maps"])
+    assert moved, "the random tiny models should rerank some of these sentences"
+
+
+def test_two_probes_on_one_page_get_numbered_ids():
+    level = {"n": 30, "students": [{"page": "translate", "seconds": 1.0, "wrong": None}], "cpu_per_student_s": 0.1,
+             "server_cpu_s": 3.0, "wall_s": 2.0, "peak_rss_mib": 500.0,
+             "probes": [{"page": "translate", "seconds": 1.5, "text": "a"}, {"page": "translate", "seconds": 2.5, "text": "b"}]}
+    rows = classroom.rows_of({"levels": [level]}, prefix="classroom.cpu.rerank")
+    probes = {r.id: r.value for r in rows if ".probe" in r.id}
+    assert probes == {"classroom.cpu.rerank.n30.probe.translate.1": 1.5, "classroom.cpu.rerank.n30.probe.translate.2": 2.5}
+    assert not any(".explorer." in r.id for r in rows)  # a class on one page has no rows for the other
