@@ -109,7 +109,7 @@ def test_rerank_switch_in_the_browser(server, page, e2e_checkpoints):
     text = "The cat sat on the mat."
     fwd, rev = (Translator.load(e2e_checkpoints / d, device="cpu") for d in ("en-de", "de-en"))
     t = fwd.translate(text, n_best=4, return_attention=False)
-    want = rerank(text, t.nbest, rev)[0].text
+    want = rerank(text, t.nbest, rev)[0].text or "∅ (empty output)"  # a random stand-in model may write nothing
     page.goto(page_url(server, "pages/1_Translate.py", "text=" + quote(text)))
     wait_ready(page)
     page.get_by_text("Rerank with the reverse model").click()
