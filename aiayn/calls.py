@@ -236,6 +236,49 @@ def teacher_forced_ids(model: "Transformer", src_ids: Sequence[Sequence[int]], t
     return teacher_forced(model, batch(cfg, src_ids, device), batch(cfg, target_ids, device), **kwargs)
 
 
+def pair_log_probs(model: "Transformer", tokenizer: Any, sources: Sequence[str], targets: Sequence[str], *,
+                   head_mask: Any = None, batch_size: int | None = None) -> list[list[float]]:
+    """``log p(piece)`` of every piece of each target (and its ``</s>``) given its source, teacher-forced: the texts
+    encoded as :meth:`aiayn.translator.Translator.force` encodes them (:func:`encode_source`,
+    :func:`encode_reference`), the decoder fed the model's start piece + the target shifted right, natural log of the
+    output layer's softmax (Section 3.4). The one scorer of given (source, target) texts: the head sweep's reference
+    log-probability and the reverse model's reranking sum its values.
+
+    Args:
+        sources, targets: texts, one target per source.
+        head_mask: ``(3, L, H)`` head mask, or None.
+        batch_size: pairs per forward pass (None: all in one).
+
+    Returns:
+        per pair, one float per target piece (float32 values), in input order.
+
+    Raises:
+        ValueError: unequal lengths, an empty or non-string text (names its pair), a bad ``batch_size`` or
+            ``head_mask``.
+    """
+    sources, targets = list(sources), list(targets)
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    cfg = model.cfg
+    src_ids, tgt_ids = [], []
+    for i, (s, t) in enumerate(zip(sources, targets)):
+        try:
+            src_ids.append(encode_source(tokenizer, cfg, s).ids)
+            tgt_ids.append(encode_reference(tokenizer, cfg, t).ids)
+        except ValueError as exc:
+            raise ValueError(f"pair {i}: {exc}") from None
+    step = batch_size or max(1, len(src_ids))
+    out: list[list[float]] = []
+    for start in range(0, len(src_ids), step):
+        rows = tgt_ids[start : start + step]
+        forced = teacher_forced_ids(model, src_ids[start : start + step], rows, head_mask=head_mask, amp=True)
+        lp = forced.target_log_probs(cfg.pad_id).cpu().tolist()
+        out += [[float(v) for v in row[: len(r)]] for row, r in zip(lp, rows)]
+    return out
+
+
 def probabilities(forced: Forced, lengths: Sequence[int]) -> list[np.ndarray]:
     """Per-sentence next-piece probabilities: ``exp(log_probs)`` of row i cut to its ``lengths[i]`` real
     positions, a list of ``(T_i, V)`` float32 numpy arrays on the CPU."""

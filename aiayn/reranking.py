@@ -22,8 +22,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-__all__ = ["DEFAULT_WEIGHT", "Recovery", "Reranked", "add_cli_options", "check_weight", "cli_weight", "rerank",
-           "rerank_batch", "reverse_direction", "reverse_for", "source_recovery"]
+__all__ = ["DEFAULT_WEIGHT", "Reranked", "add_cli_options", "check_weight", "cli_weight", "rerank", "rerank_batch",
+           "reverse_direction", "reverse_for"]
 
 #: the reverse model's weight the app and ``--rerank`` use by default (chosen on the Ding valid split)
 DEFAULT_WEIGHT = 0.5
@@ -44,6 +44,10 @@ class Reranked:
         source_pieces: ``|x|``, the pieces the reverse model predicts (source pieces + ``</s>``).
         score: ``forward_score + weight * reverse_log_prob / source_pieces`` (``-inf`` for an empty hypothesis,
             unless ``weight`` is 0: then the forward score).
+        source_tokens: the source's pieces as the reverse model reads them, ``</s>`` last.
+        reverse_piece_log_probs: ``log P(x_i | y, x_<i)`` of each of them (their sum is ``reverse_log_prob``; empty
+            for an empty hypothesis). A piece the reverse model cannot get back is one ``y`` may have left out or
+            changed: what the Translate page draws (:func:`aiayn.figures.reranking.recovery_bars`).
     """
 
     text: str
@@ -52,6 +56,8 @@ class Reranked:
     reverse_log_prob: float
     source_pieces: int
     score: float
+    source_tokens: tuple[str, ...] = ()
+    reverse_piece_log_probs: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,8 +87,8 @@ def rerank_batch(sources: Sequence[str], nbests: Sequence[Sequence[tuple[str, fl
         sources: the texts the forward model translated.
         nbests: per source, ``[(hypothesis, forward score)]`` best first, as
             :attr:`aiayn.translation.Translation.nbest` holds them.
-        reverse: the :class:`~aiayn.translator.Translator` of the opposite direction (its
-            :meth:`~aiayn.translator.Translator.log_likelihoods`: its sources are the hypotheses, its targets the
+        reverse: the :class:`~aiayn.translator.Translator` of the opposite direction: one teacher-forced pass of it
+            per 64 hypotheses (:func:`aiayn.calls.pair_log_probs`; its sources are the hypotheses, its targets the
             sources here).
         weight: the reverse model's weight (:func:`check_weight`); 0 keeps the beam's order.
 
@@ -101,21 +107,24 @@ def rerank_batch(sources: Sequence[str], nbests: Sequence[Sequence[tuple[str, fl
         raise ValueError(f"{len(sources)} sources but {len(nbests)} n-best lists")
     if any(not nb for nb in nbests):
         raise ValueError("an n-best list is empty: nothing to rerank")
-    lengths = []  # |x|: the pieces (and </s>) the reverse model predicts of each source
+    tokens = []  # x: the pieces (and </s>) the reverse model predicts of each source
     for i, src in enumerate(sources):
         try:
-            lengths.append(len(calls.encode_reference(reverse.tokenizer, reverse.cfg, src).ids))
+            tokens.append(tuple(reverse.pieces(calls.encode_reference(reverse.tokenizer, reverse.cfg, src).ids)))
         except ValueError as exc:
             raise ValueError(f"source {i}: {exc}") from None
     pairs = [(i, r, str(h), float(s)) for i, nb in enumerate(nbests) for r, (h, s) in enumerate(nb)]
     scored = [p for p in pairs if p[2].strip()]  # an empty output cannot be fed to the reverse model's encoder
-    found = reverse.log_likelihoods([h for _, _, h, _ in scored], [sources[i] for i, _, _, _ in scored])
-    log_probs = {(i, r): lp for (i, r, _, _), (lp, _) in zip(scored, found)}
+    found = calls.pair_log_probs(reverse.model, reverse.tokenizer, [h for _, _, h, _ in scored],
+                                 [sources[i] for i, _, _, _ in scored], batch_size=64)
+    per_piece = {(i, r): tuple(row) for (i, r, _, _), row in zip(scored, found)}
     out: list[list[Reranked]] = [[] for _ in sources]
     for i, r, h, s in pairs:
-        lp = log_probs.get((i, r), -math.inf)
-        score = s if weight == 0.0 else s + weight * lp / lengths[i] if lp > -math.inf else -math.inf
-        out[i].append(Reranked(h, r, s, lp, lengths[i], score))
+        pieces = per_piece.get((i, r), ())
+        lp = float(sum(pieces)) if (i, r) in per_piece else -math.inf
+        n = len(tokens[i])
+        score = s if weight == 0.0 else s + weight * lp / n if lp > -math.inf else -math.inf
+        out[i].append(Reranked(h, r, s, lp, n, score, tokens[i], pieces))
     return [sorted(row, key=lambda x: (-x.score, x.beam_rank)) for row in out]
 
 
@@ -123,41 +132,6 @@ def rerank(source: str, nbest: Sequence[tuple[str, float]], reverse: Any,
            weight: float = DEFAULT_WEIGHT) -> list[Reranked]:
     """:func:`rerank_batch` of one source's n-best list (``Translation.nbest``); the same errors."""
     return rerank_batch([source], [nbest], reverse, weight)[0]
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """How well the reverse model gets the source back from a translation, piece by piece: ``log P(x_i | y, x_<i)``
-    for each piece ``x_i`` of the source (and ``</s>``) under the model of the opposite direction. A piece it finds
-    improbable is one the translation ``y`` may have left out or changed.
-
-    Attributes:
-        translation: ``y``.
-        pieces: the source's pieces as the reverse model predicts them, ``</s>`` last.
-        log_probs: one natural-log probability per piece.
-    """
-
-    translation: str
-    pieces: list[str]
-    log_probs: list[float]
-
-    @property
-    def total(self) -> float:
-        """``log P(x | y)``, the sum (what :func:`rerank` weighs)."""
-        return float(sum(self.log_probs))
-
-
-def source_recovery(source: str, translation: str, reverse: Any) -> Recovery:
-    """:class:`Recovery` of ``source`` from ``translation`` under ``reverse`` (the Translator of the opposite
-    direction; :meth:`~aiayn.translator.Translator.piece_log_probs`).
-
-    Raises:
-        ValueError: an empty source or translation (an empty output gives the reverse encoder nothing to read).
-    """
-    if not isinstance(translation, str) or not translation.strip():
-        raise ValueError("the translation is empty: there is nothing to translate the source back from")
-    pieces, log_probs = reverse.piece_log_probs(translation, source)
-    return Recovery(translation, pieces, log_probs)
 
 
 def reverse_for(translator: Any, direction: str, checkpoint: Any = None, *, device: Any = None) -> Any:

@@ -47,7 +47,7 @@ SWEEP_COLUMNS = ["kind", "layer", "head", "chrf", "chrf_drop", "logprob", "logpr
 
 # -- model runs ----------------------------------------------------------------------------------------------
 def reference_logprob(tr: "Translator", pairs: Sequence[tuple[str, str]], *, head_mask: Any = None) -> tuple[float, int]:
-    """Teacher-forced log-probability of the references (one batched pass, :func:`aiayn.calls.teacher_forced_ids`).
+    """Teacher-forced log-probability of the references (one batched pass, :func:`aiayn.calls.pair_log_probs`).
 
     Sources and references are encoded as :meth:`~aiayn.translator.Translator.force` encodes them
     (:func:`aiayn.calls.encode_source`, :func:`aiayn.calls.encode_reference`: pieces + ``</s>``), the decoder is fed
@@ -66,11 +66,9 @@ def reference_logprob(tr: "Translator", pairs: Sequence[tuple[str, str]], *, hea
     """
     from . import calls  # function-level: importing this module stays free of torch
 
-    cfg = tr.cfg
-    srcs = [calls.encode_source(tr.tokenizer, cfg, s).ids for s, _ in pairs]
-    refs = [calls.encode_reference(tr.tokenizer, cfg, r).ids for _, r in pairs]
-    forced = calls.teacher_forced_ids(tr.model, srcs, refs, head_mask=head_mask, amp=True)
-    return float(forced.target_log_probs(cfg.pad_id).double().sum()), sum(len(r) for r in refs)
+    per_pair = calls.pair_log_probs(tr.model, tr.tokenizer, [s for s, _ in pairs], [r for _, r in pairs],
+                                    head_mask=head_mask)
+    return float(sum(v for row in per_pair for v in row)), sum(len(row) for row in per_pair)
 
 
 def forced_maps(tr: "Translator", src_ids: Sequence[int], output_ids: Sequence[int], *,

@@ -478,25 +478,12 @@ class Translator:
         )
         return tr, probs
 
-    def piece_log_probs(self, source: str, target: str) -> tuple[list[str], list[float]]:
-        """``log P(target piece t | source, target pieces < t)`` under this model, piece by piece (one teacher-forced
-        pass, no maps): ``(pieces, log-probabilities)``, the target's pieces and ``</s>`` last, natural log (float32
-        values as floats). Their sum is :meth:`log_likelihoods`' number for the pair.
-
-        Raises:
-            ValueError: an empty or non-string source or target.
-        """
-        src_ids = self.encode_source(source).ids
-        tgt_ids = calls.encode_reference(self.tokenizer, self.cfg, target).ids
-        forced = calls.teacher_forced_ids(self.model, [src_ids], [tgt_ids], amp=True)
-        return self.pieces(tgt_ids), [float(v) for v in forced.target_log_probs(self.cfg.pad_id)[0].tolist()]
-
     def log_likelihoods(self, sources: Sequence[str], targets: Sequence[str], *,
                         batch_size: int = 64) -> list[tuple[float, int]]:
-        """``log P(target | source)`` under this model for each pair, by one teacher-forced pass per batch (no maps):
-        the natural-log probability of the target's pieces and its ``</s>``, summed, and that piece count. Used
-        to score another model's outputs, e.g. a reverse model weighing the n-best list of the forward one
-        (:mod:`aiayn.reranking`).
+        """``log P(target | source)`` under this model for each pair, by one teacher-forced pass per batch (no maps;
+        :func:`aiayn.calls.pair_log_probs`): the natural-log probability of the target's pieces and its ``</s>``,
+        summed, and that piece count: e.g. how probable this model finds another model's translations read backwards
+        (what :mod:`aiayn.reranking` weighs, from the same pass with its per-piece values kept).
 
         Args:
             sources: texts in this model's source language.
@@ -504,29 +491,11 @@ class Translator:
             batch_size: pairs per forward pass.
 
         Returns:
-            ``[(log-probability, pieces)]`` in input order; log-probability float (summed in float64), pieces int
-            (target pieces + ``</s>``).
+            ``[(log-probability, pieces)]`` in input order (pieces: target pieces + ``</s>``).
 
         Raises:
             ValueError: unequal lengths, an empty or non-string source or target (names its index), a batch size
                 that is not a positive integer.
         """
-        sources, targets = list(sources), list(targets)
-        if len(sources) != len(targets):
-            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        src_ids, tgt_ids = [], []
-        for i, (s, t) in enumerate(zip(sources, targets)):
-            try:
-                src_ids.append(self.encode_source(s).ids)
-                tgt_ids.append(calls.encode_reference(self.tokenizer, self.cfg, t).ids)
-            except ValueError as exc:
-                raise ValueError(f"pair {i}: {exc}") from None
-        out: list[tuple[float, int]] = []
-        for start in range(0, len(src_ids), batch_size):
-            forced = calls.teacher_forced_ids(self.model, src_ids[start : start + batch_size],
-                                              tgt_ids[start : start + batch_size], amp=True)
-            sums = forced.target_log_probs(self.cfg.pad_id).double().sum(-1).tolist()
-            out += [(float(v), len(t)) for v, t in zip(sums, tgt_ids[start : start + batch_size])]
-        return out
+        rows = calls.pair_log_probs(self.model, self.tokenizer, sources, targets, batch_size=batch_size)
+        return [(float(sum(row)), len(row)) for row in rows]

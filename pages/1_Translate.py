@@ -233,18 +233,13 @@ if reranked is not None:
     st.caption(f"The {reverse_direction(ctx.direction)} model reads a translation and predicts the source piece by "
                "piece: a low bar is a piece it cannot get back, something the translation may have left out or "
                "changed. Its log-probabilities summed are the log P(source | translation) of the table above.")
-    choices = [r["text"] for r in rows if r["text"].strip()]
-    if choices:
-        chosen = st.selectbox("Translation read back", choices, key="tr_recover",
-                              format_func=lambda t: f"#{choices.index(t) + 1}: {t}")
-        chosen = chosen if chosen in choices else choices[0]
-        try:
-            rec = ui.recovered_source(ctx.direction, sentences[pick - 1], chosen)
-        except (ValueError, ui.ModelUnavailable) as exc:
-            st.warning(f"Could not read the source back: {exc}")
-        else:
-            ui.show_figure(recovery_bars(rec["pieces"], rec["log_probs"], template=ctx.template), key="recovery",
-                           filename=f"source_recovery_{ctx.direction}")
+    readable = [k for k, r in enumerate(rows) if r["reverse_piece_log_probs"]]  # an empty output reads back nothing
+    if readable:
+        k = st.selectbox("Translation read back", readable, key="tr_recover",
+                         format_func=lambda k: f"#{k + 1}: {rows[k]['text']}")
+        r = rows[k if k in readable else readable[0]]
+        ui.show_figure(recovery_bars(r["source_tokens"], r["reverse_piece_log_probs"], template=ctx.template),
+                       key="recovery", filename=f"source_recovery_{ctx.direction}")
 
 # -- cross-attention alignment --------------------------------------------------------------------------------
 st.markdown("#### Alignment: encoder-decoder attention")

@@ -1,5 +1,5 @@
 """Reverse-model reranking (aiayn.reranking) and the teacher-forced scoring it rests on
-(Translator.log_likelihoods), on the tiny random checkpoints; its command-line options."""
+(aiayn.calls.pair_log_probs, Translator.log_likelihoods), on the tiny random checkpoints; its command-line options."""
 from __future__ import annotations
 
 import json
@@ -65,6 +65,8 @@ def test_rerank_adds_the_weighted_reverse_log_probability_per_source_piece(pair)
             assert r.forward_score == nb[r.beam_rank][1]
             assert (r.reverse_log_prob, r.source_pieces) == (lp, n)
             assert r.score == pytest.approx(r.forward_score + 0.7 * lp / n, abs=1e-9)
+            assert len(r.source_tokens) == len(r.reverse_piece_log_probs) == n and r.source_tokens[-1] == "</s>"
+            assert sum(r.reverse_piece_log_probs) == pytest.approx(lp, abs=1e-9)
         assert [r.score for r in rows] == sorted((r.score for r in rows), reverse=True)
 
 
@@ -95,7 +97,8 @@ def test_an_empty_hypothesis_goes_last_unless_the_weight_is_zero(pair):
     rows = rerank("I have no time.", nb, rev, 0.5)
     assert [r.text for r in rows] == ["Ich habe keine Zeit.", ""]
     assert rows[1].reverse_log_prob == -math.inf and rows[1].score == -math.inf
-    assert rows[1].source_pieces == rows[0].source_pieces > 1
+    assert rows[1].source_pieces == rows[0].source_pieces > 1 and rows[1].source_tokens == rows[0].source_tokens
+    assert rows[1].reverse_piece_log_probs == () and len(rows[0].reverse_piece_log_probs) == rows[0].source_pieces
     assert [r.text for r in rerank("I have no time.", nb, rev, 0.0)] == ["", "Ich habe keine Zeit."]
     # every hypothesis empty: still an answer, in the beam's order
     assert [r.beam_rank for r in rerank("I have no time.", [("", -1.0), (" ", -2.0)], rev, 0.5)] == [0, 1]
@@ -200,45 +203,3 @@ def test_evaluate_dev_with_rerank_leaves_the_checkpoints_own_scores_alone(tiny_c
     out = tmp_path / "r.json"
     assert cli_main(["-c", str(ck), "--sets", "classic", "--rerank-weight", "0.5", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["decoding"]["rerank"]["weight"] == 0.5
-
-
-def test_reranked_to_dict_round_trips():
-    r = Reranked("x", 1, -1.0, -2.0, 3, -1.5)
-    assert Reranked(**r.to_dict()) == r
-    assert reranking.DEFAULT_WEIGHT == check_weight(reranking.DEFAULT_WEIGHT)
-
-
-def test_source_recovery_is_the_reverse_log_probability_piece_by_piece(pair):
-    from aiayn.reranking import source_recovery
-
-    fwd, rev = pair
-    for src in SOURCES:
-        nb = nbest(fwd, src)
-        rows = {r.text: r for r in rerank(src, nb, rev, 0.5)}
-        for hyp, _ in nb:
-            if not hyp.strip():
-                continue
-            rec = source_recovery(src, hyp, rev)
-            assert rec.translation == hyp and len(rec.pieces) == len(rec.log_probs) == rows[hyp].source_pieces
-            assert rec.pieces[-1] == "</s>" and all(v <= 0 for v in rec.log_probs)
-            assert rec.total == pytest.approx(rows[hyp].reverse_log_prob, abs=1e-4)
-    with pytest.raises(ValueError, match="empty"):
-        source_recovery("I have no time.", "  ", rev)
-
-
-def test_recovery_bars_draw_each_piece_and_mark_the_lost_ones():
-    from aiayn.figures.reranking import LOW_PROBABILITY, recovery_bars
-
-    pieces, lp = ["▁Der", "▁Computer", "▁schon", "</s>"], [-0.3, -0.9, -9.6, float("-inf")]
-    fig = recovery_bars(pieces, lp, title="a <b>title</b>")
-    bars = fig.data[0]
-    assert list(bars.y) == pytest.approx([math.exp(v) for v in lp])
-    assert list(bars.x) == ["0:▁Der", "1:▁Computer", "2:▁schon", "3:&lt;/s&gt;"]
-    assert [c != bars.marker.color[0] for c in bars.marker.color] == [False, False, True, True]
-    marks = fig.data[1]  # the lost pieces, marked above the axis
-    assert list(marks.x) == ["2:▁schon", "3:&lt;/s&gt;"] and all(math.exp(v) < LOW_PROBABILITY for v in lp[2:])
-    assert "&lt;b&gt;" in fig.layout.title.text
-    assert len(recovery_bars(pieces[:2], lp[:2]).data) == 1  # nothing lost: no markers
-    for bad_p, bad_lp in ((pieces, lp[:3]), ([], []), (["a"], [0.5]), (["a"], [float("nan")])):
-        with pytest.raises(ValueError):
-            recovery_bars(bad_p, bad_lp)

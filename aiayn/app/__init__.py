@@ -52,13 +52,13 @@ from .models import (
 )
 from .inputs import checked_text, language_hint, optional_reference, sentence_or_stop
 from .params import is_bool, is_float, is_int, number_param, warn_bad_param
-from .results import explain_sentence, recovered_source, reranked_nbest
+from .results import explain_sentence, reranked_nbest
 from .state import link_params, reference_follows, remember_form, seed_form, write_view
 
 __all__ = [
     "COLORSCALE", "DEFAULT_DIRECTION", "DIRECTIONS", "DIRECTION_LABELS", "EXPORT_FORMATS", "PAGES",
     "PRESENTER_COLORSCALE", "PRESENTER_FONT_SIZE", "CheckpointInfo", "ModelUnavailable", "PageContext",
-    "chart_columns", "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "decode_queue", "download_buttons", "explain_sentence", "recovered_source", "reranked_nbest", "is_bool", "is_float",
+    "chart_columns", "checked_text", "checkpoint_info", "checkpoint_path", "checkpoints_dir", "decode_queue", "download_buttons", "explain_sentence", "reranked_nbest", "is_bool", "is_float",
     "is_int", "load_translator", "model_card", "nav_query_params", "optional_reference", "number_param", "page_exists", "page_link",
     "plotly_config", "prepare_figure", "sentence_or_stop", "language_hint", "language_hint", "setup_page", "show_figure", "warm_imports",
     "warn_bad_param", "link_params", "reference_follows", "remember_form", "seed_form", "write_view",

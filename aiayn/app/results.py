@@ -127,30 +127,3 @@ def reranked_nbest(direction: str, source: str, nbest: list[tuple[str, float]], 
     return _reranked(back, str(path), checkpoint_stamp(path), source, tuple((str(t), float(s)) for t, s in nbest),
                      float(weight))
 
-
-@st.cache_data(max_entries=128, show_spinner="Reading the source back from the translation…")
-def _recovered(reverse_dir: str, ckpt: str, stamp: str, source: str, translation: str) -> dict[str, Any]:  # noqa: ARG001
-    from ..reranking import source_recovery
-
-    queue = decode_queue(reverse_dir)
-    rec = queue.run(source_recovery, source, translation, queue.translator.for_direction(reverse_dir))
-    return {"pieces": rec.pieces, "log_probs": rec.log_probs}
-
-
-def recovered_source(direction: str, source: str, translation: str) -> dict[str, Any]:
-    """Per source piece, how probable the model this session is served for the opposite direction finds it when it
-    reads ``translation`` (:func:`aiayn.reranking.source_recovery`), in that model's queue turn, cached per (reverse
-    checkpoint, stamp, source, translation).
-
-    Returns:
-        ``{"pieces": [str], "log_probs": [float]}`` (natural log, ``</s>`` last).
-
-    Raises:
-        ModelUnavailable: the reverse checkpoint cannot be loaded.
-        ValueError: an empty source or translation.
-    """
-    from ..reranking import reverse_direction
-
-    back = reverse_direction(direction)
-    path = checkpoint_path(back)
-    return _recovered(back, str(path), checkpoint_stamp(path), source, translation)

@@ -23,8 +23,9 @@ def recovery_bars(pieces: Sequence[str], log_probs: Sequence[float], *, title: s
     is such a piece); the pieces in source order along x.
 
     Args:
-        pieces: the source's pieces, ``</s>`` last (:attr:`aiayn.reranking.Recovery.pieces`).
-        log_probs: one natural-log probability per piece (``-inf`` allowed: drawn as 0).
+        pieces: the source's pieces, ``</s>`` last (:attr:`aiayn.reranking.Reranked.source_tokens`).
+        log_probs: one natural-log probability per piece (``Reranked.reverse_piece_log_probs``; ``-inf`` allowed: drawn
+            as 0).
         title: plain text (escaped here).
 
     Raises:
