@@ -70,7 +70,7 @@ class _FakeTranslator:
     def __init__(self, table):
         self.table, self.batches = table, []
 
-    def translate_batch(self, texts, *, beam_size, length_penalty, max_len, return_attention):
+    def translate_batch(self, texts, *, beam_size, length_penalty, max_len, return_attention, n_best=1):
         from types import SimpleNamespace
 
         self.batches.append((list(texts), beam_size, length_penalty))

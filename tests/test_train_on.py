@@ -242,17 +242,29 @@ def _skip_training(monkeypatch) -> None:
     monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
 
 
+def _judged_world(world, tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """``(shipped, out)``: copies of the tiny world's shipped model and candidate to judge, training skipped."""
+    shipped = tmp_path / "checkpoints" / "en-de"
+    shutil.copytree(world["shipped"], shipped)
+    out = tmp_path / "out"
+    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    _skip_training(monkeypatch)
+    return shipped, out
+
+
+#: judged scores for the mocked scoring: every set at one chrF, above it, below it
+SAME = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
+HIGHER = {k: {"bleu": 1.0, "chrf": 21.0} for k in SAME}
+LOWER = {k: {"bleu": 1.0, "chrf": 19.0} for k in SAME}
+
+
 def test_interpolation_is_chosen_on_the_valid_split_and_judged_like_the_candidate(world, warm, monkeypatch, tmp_path):
     """--interpolate: each weight's (1 - w) shipped + w candidate is scored on valid.tsv, the best kept (its weights
     are that mix), judged on the test split and the dev sets by the candidate's rule, and carded; nothing shipped."""
     from safetensors.torch import load_file
 
-    shipped = tmp_path / "checkpoints" / "en-de"
-    shutil.copytree(world["shipped"], shipped)
-    out = tmp_path / "out"
-    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    shipped, out = _judged_world(world, tmp_path, monkeypatch)
     before = _digest(shipped)
-    _skip_training(monkeypatch)
     assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.6,0.3")) == 0
     r = json.loads((out / "verdict.json").read_text())
     it = r["interpolation"]
@@ -276,19 +288,13 @@ def test_interpolation_is_chosen_on_the_valid_split_and_judged_like_the_candidat
 
 
 def test_an_interpolation_that_beats_ships_when_the_candidate_does_not(world, warm, monkeypatch, tmp_path, capsys):
-    shipped = tmp_path / "checkpoints" / "en-de"
-    shutil.copytree(world["shipped"], shipped)
-    out = tmp_path / "out"
-    shutil.copytree(world["out"] / "candidate", out / "candidate")
-    _skip_training(monkeypatch)
-    base = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
-    lower = {k: {"bleu": 1.0, "chrf": 19.0} for k in base}
-    higher = {k: {"bleu": 1.0, "chrf": 21.0} for k in base}
+    shipped, out = _judged_world(world, tmp_path, monkeypatch)
+
     def scores(ckpt, *a):
         if ckpt.name.startswith("interp-"):  # what the real scoring leaves there, which the card reads
             shutil.copy(out / "candidate" / "eval_test.json", ckpt / "eval_test.json")
-            return higher
-        return lower if ckpt == out / "candidate" else base
+            return HIGHER
+        return LOWER if ckpt == out / "candidate" else SAME
 
     monkeypatch.setattr(continuous, "side_scores", scores)
     assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
@@ -303,16 +309,10 @@ def test_an_interpolation_that_beats_ships_when_the_candidate_does_not(world, wa
 
 
 def test_an_interpolation_without_a_card_is_not_shipped(world, warm, monkeypatch, tmp_path, capsys):
-    shipped = tmp_path / "checkpoints" / "en-de"
-    shutil.copytree(world["shipped"], shipped)
-    out = tmp_path / "out"
-    shutil.copytree(world["out"] / "candidate", out / "candidate")
+    shipped, out = _judged_world(world, tmp_path, monkeypatch)
     before = _digest(shipped)
-    _skip_training(monkeypatch)
-    base = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
-    higher = {k: {"bleu": 1.0, "chrf": 21.0} for k in base}
     # beats on paper, but no eval_test.json is left for its card (the mocked scoring writes none)
-    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: higher if ckpt.name.startswith("interp-") else base)
+    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: HIGHER if ckpt.name.startswith("interp-") else SAME)
     assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
     assert json.loads((out / "verdict.json").read_text())["interpolation"]["stages"]["card"] != 0
     assert "not shipped" in capsys.readouterr().out and _digest(shipped) == before

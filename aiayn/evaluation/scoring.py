@@ -140,9 +140,8 @@ def evaluate_translator(
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             texts = [sources[i] for i in idx]
-            nbest = {} if reverse is None else {"n_best": beam_size}  # the whole beam, for the reverse model to weigh
             outs = translator.translate_batch(texts, beam_size=beam_size, length_penalty=alpha, max_len=max_len,
-                                              return_attention=False, **nbest)
+                                              return_attention=False, n_best=1 if reverse is None else beam_size)
             best = [t.text for t in outs] if reverse is None else \
                 [row[0].text for row in rerank_batch(texts, [t.nbest for t in outs], reverse, rerank_weight)]
             for i, t, text in zip(idx, outs, best):
