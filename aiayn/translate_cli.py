@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-len", type=int, default=None)
     ap.add_argument("--device", default=None)
     ap.add_argument("--pieces", action="store_true", help="also print the source and output pieces")
+    ap.add_argument("--domain", default=None, help="a model trained with domain tags (aiayn train --domain-tags): the "
+                    "tag to start the decoder with (default: the model's own, e.g. general)")
     add_rerank_options(ap)
     return ap
 
@@ -59,6 +61,7 @@ def cli_main(argv: list[str]) -> int:
         tr = Translator.load(path, device=args.device)
         if args.direction and tr.cfg.language_tags:  # one model for both directions: decode the one asked for
             tr = tr.for_direction(args.direction)
+        tr = tr.for_domain(args.domain)
     except (FileNotFoundError, ValueError) as exc:
         print(f"aiayn translate: {exc}", file=sys.stderr)
         return 2
@@ -94,6 +97,7 @@ def cli_main(argv: list[str]) -> int:
         if args.pieces:
             print("  src:", " ".join(t.src_tokens))
             print("  out:", " ".join(t.output_tokens))
+            print("  decoder's first input:", t.decoder_input_tokens[0])
         if t.truncated:
             print(f"  (line {n}: source truncated to the model's limit)", file=sys.stderr)
     return code

@@ -137,6 +137,24 @@ class Translator:
         return Translator(view, self.tokenizer, meta={**self.meta, "direction": direction, "src_lang": src,
                                                       "tgt_lang": tgt}, path=self.path, projection=self.projection)
 
+    def for_domain(self, domain: str | None) -> "Translator":
+        """This Translator writing in ``domain``: a model trained with domain tags (``TransformerConfig.domain_tags``,
+        ``aiayn train --domain-tags``; Kobus et al. 2017) gets a view that shares its weights and starts the decoder
+        with the tag ``<domain>``; None or the model's own domain returns itself.
+
+        Raises:
+            ValueError (one line): the model has no tag for ``domain`` (names the ones it has).
+        """
+        cfg = self.cfg
+        if domain is None or domain == cfg.domain:
+            return self
+        if domain not in cfg.domain_tags:
+            raise ValueError(f"{self.path or 'this model'} has no domain {domain!r} (its domains: "
+                             f"{', '.join(cfg.domain_tags) if cfg.domain_tags else 'none, it was trained without domain tags'})")
+        view = copy.copy(self.model)  # shares the modules and weights; only the config (the start symbol) differs
+        view.cfg = cfg.replace(domain=domain)
+        return Translator(view, self.tokenizer, meta=dict(self.meta), path=self.path, projection=self.projection)
+
     @property
     def cfg(self):
         return self.model.cfg
@@ -147,7 +165,7 @@ class Translator:
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """The pieces of ``ids``; a language tag (the decoder's first input in a model for both directions) is
-        named ``<2de>`` / ``<2en>``."""
+        named ``<2de>`` / ``<2en>``, a domain tag ``<general>``."""
         return [self.cfg.tag_piece(i) or self.tokenizer.id_to_piece(int(i)) for i in ids]
 
     def encode_source(self, text: str) -> calls.Encoded:

@@ -66,6 +66,13 @@ class TransformerConfig:
     pieces (:attr:`n_embeddings` rows are embedded, ``vocab_size`` are predicted), so no tag is ever output and
     logits stay ``(B, T, vocab_size)``.
 
+    Two fields tell the decoder the register to write in, the same way (a domain tag: Kobus et al. 2017, "Domain
+    control for neural machine translation"; Sennrich et al. 2016's side constraints, here on the decoder side as the
+    language tags): ``domain_tags`` names the domains whose tag ``<name>`` has an embedding row after the vocabulary
+    and the language tags (id ``vocab_size + len(language_tags) + i``; empty: none, every model trained before them),
+    and ``domain`` picks the tag fed first to the decoder (None: the start piece, or the language tag). A model
+    has language tags or domain tags, not both: the decoder has one first position.
+
     Raises:
         ValueError: on inconsistent values (``d_model`` not divisible by ``n_heads``, ids outside the
             vocabulary, unknown ``positional`` / ``positional_layout`` / ``activation`` / ``decoder_start``,
@@ -93,6 +100,8 @@ class TransformerConfig:
     decoder_start: str = "bos"
     language_tags: tuple[str, ...] = ()
     target_language: str | None = None
+    domain_tags: tuple[str, ...] = ()
+    domain: str | None = None
     preset_name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +137,22 @@ class TransformerConfig:
         if not isinstance(self.final_logits_bias, bool):
             raise ValueError(f"final_logits_bias must be a bool, got {self.final_logits_bias!r}")
         self._check_language_tags()
+        self._check_domain_tags()
+
+    def _check_domain_tags(self) -> None:
+        tags = self.domain_tags
+        if isinstance(tags, str) or not isinstance(tags, (list, tuple)):
+            raise ValueError(f"domain_tags must be a list of domain names, got {tags!r}")
+        tags = tuple(tags)
+        object.__setattr__(self, "domain_tags", tags)  # JSON gives a list; the frozen config keeps a tuple
+        if any(not isinstance(t, str) or not t.replace("_", "").isalnum() or not t.isascii() for t in tags) \
+                or len(set(tags)) != len(tags):
+            raise ValueError(f"domain_tags must be distinct names of letters, digits and _, such as 'general', got {list(tags)!r}")
+        if tags and self.language_tags:
+            raise ValueError("a model has language tags or domain tags, not both (the decoder has one first position)")
+        if self.domain is not None and self.domain not in tags:
+            raise ValueError(f"domain {self.domain!r} has no tag in this model "
+                             f"(it has {', '.join(tags) if tags else 'none'})")
 
     def _check_language_tags(self) -> None:
         tags = self.language_tags
@@ -143,8 +168,17 @@ class TransformerConfig:
 
     @property
     def n_embeddings(self) -> int:
-        """Rows of the embedding table: the ``vocab_size`` pieces, then one per language tag."""
-        return self.vocab_size + len(self.language_tags)
+        """Rows of the embedding table: the ``vocab_size`` pieces, then one per language tag, then one per domain
+        tag."""
+        return self.vocab_size + len(self.language_tags) + len(self.domain_tags)
+
+    def domain_tag_id(self, domain: str) -> int:
+        """Id of the tag ``<domain>`` (``vocab_size + len(language_tags) + i``). Raises ValueError: the model has no
+        such tag."""
+        if domain not in self.domain_tags:
+            raise ValueError(f"this model has no domain tag for {domain!r} "
+                             f"(it has {', '.join(self.domain_tags) if self.domain_tags else 'none'})")
+        return self.vocab_size + len(self.language_tags) + self.domain_tags.index(domain)
 
     def language_tag_id(self, language: str) -> int:
         """Id of the tag ``<2language>`` (``vocab_size + i``). Raises ValueError: the model has no such tag."""
@@ -157,7 +191,10 @@ class TransformerConfig:
     def decoder_start_id(self) -> int:
         """Id fed first to the decoder (the ``<s>`` of ``decoder_input_tokens``): ``bos_id`` by default,
         ``pad_id`` with ``decoder_start="pad"`` (Opus-MT). Decoding never predicts it, and the decoder never
-        masks it as padding. With a ``target_language``, that language's tag (:meth:`language_tag_id`)."""
+        masks it as padding. With a ``target_language``, that language's tag (:meth:`language_tag_id`); with a
+        ``domain``, that domain's tag (:meth:`domain_tag_id`)."""
+        if self.domain is not None:
+            return self.domain_tag_id(self.domain)
         if self.target_language is not None:
             return self.language_tag_id(self.target_language)
         return self.start_piece_id
@@ -170,10 +207,13 @@ class TransformerConfig:
         return self.pad_id if self.decoder_start == "pad" else self.bos_id
 
     def tag_piece(self, i: int) -> str | None:
-        """The name of id ``i`` when it is a language tag (``"<2de>"``, mBART's and NLLB's spelling), else None
-        (a piece of the vocabulary: its tokenizer names it)."""
+        """The name of id ``i`` when it is a language tag (``"<2de>"``, mBART's and NLLB's spelling) or a domain tag
+        (``"<general>"``), else None (a piece of the vocabulary: its tokenizer names it)."""
         k = int(i) - self.vocab_size
-        return f"<2{self.language_tags[k]}>" if 0 <= k < len(self.language_tags) else None
+        if 0 <= k < len(self.language_tags):
+            return f"<2{self.language_tags[k]}>"
+        k -= len(self.language_tags)
+        return f"<{self.domain_tags[k]}>" if 0 <= k < len(self.domain_tags) else None
 
     @property
     def never_predicted(self) -> tuple[int, ...]:
@@ -213,9 +253,11 @@ class TransformerConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of every field (``language_tags`` as a list, as JSON reads it back)."""
+        """Plain JSON-able dict of every field (``language_tags`` and ``domain_tags`` as lists, as JSON reads them
+        back)."""
         out = dataclasses.asdict(self)
         out["language_tags"] = list(self.language_tags)
+        out["domain_tags"] = list(self.domain_tags)
         return out
 
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any
 import torch.distributed as dist
 
 from .export import export
-from .loader import DataMixError, parse_kind_weights
+from .loader import DataMixError, parse_domain_tags, parse_kind_weights
 from .loop import train
 from .pipeline import rank_and_world
 from .recipe import ADAM_IMPLS, LR_DECAYS, TrainConfig
@@ -47,7 +47,7 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
                ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("kind_weights", str),
-               ("lr_decay", str)]
+               ("lr_decay", str), ("domain_tags", str)]
 
 #: Help text of the flags whose name alone does not say enough.
 FLAG_HELP = {
@@ -67,6 +67,10 @@ FLAG_HELP = {
                     "kept for a subset seeded by --seed (docs/training.md); ",
     "lr_decay": "on top of Equation 3: none (the paper's schedule) or linear (times (max_steps - step + 1) / "
                 "max_steps: a cooldown to zero at --max-steps, for going on from a trained model); ",
+    "domain_tags": "start each pair's decoder input with a tag of its kind's domain instead of the start piece "
+                   "(domain control, Kobus et al. 2017): none, or tag=kind+kind,... e.g. general=ding+everyday+"
+                   "narrative,software=ui+documentation; the first tag is what the model decodes with by default "
+                   "(needs train_kinds.txt; docs/training.md); ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",
 }
@@ -108,6 +112,8 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
     if base["adam_impl"] not in ADAM_IMPLS:
         raise ValueError(f"--adam-impl must be one of {', '.join(ADAM_IMPLS)}, got {base['adam_impl']!r}")
     parse_kind_weights(base["kind_weights"])  # a malformed spec is refused here (DataMixError is a ValueError)
+    if parse_domain_tags(base["domain_tags"]) is not None and base["bidirectional"]:
+        raise ValueError("--domain-tags and --bidirectional both start the decoder with a tag: choose one")
     return TrainConfig(**base)
 
 

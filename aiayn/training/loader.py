@@ -375,6 +375,57 @@ def kind_mix(data_dir: str | Path, spec: str | None) -> KindMix | None:
     return KindMix(str(spec), weights, names, kind_index, row_weights)
 
 
+def parse_domain_tags(spec: str | None) -> dict[str, tuple[str, ...]] | None:
+    """``--domain-tags`` as given: ``"none"`` or empty -> None (no tags, the decoder starts with the start piece);
+    ``"general=ding+everyday+narrative,software=ui+documentation"`` -> ``{"general": ("ding", "everyday",
+    "narrative"), "software": ("ui", "documentation")}``: each domain tag and the kinds of ``train_kinds.txt`` whose
+    pairs start their decoder input with it. The first tag is the model's default (what validation, an exported
+    checkpoint and every page decode with).
+
+    Raises:
+        DataMixError: an item without ``=``, a tag name that is not letters, digits and ``_``, a tag or a kind named
+            twice, a tag without kinds, or fewer than two tags (one tag would tell the decoder nothing).
+    """
+    spec = (spec or "none").strip()
+    if spec == "none":
+        return None
+    out: dict[str, tuple[str, ...]] = {}
+    seen: set[str] = set()
+    for item in spec.split(","):
+        name, eq, kinds = item.strip().partition("=")
+        name = name.strip()
+        parts = tuple(k.strip() for k in kinds.split("+") if k.strip())
+        if (not eq or not name or not name.replace("_", "").isalnum() or not name.isascii() or name in out or not parts
+                or seen & set(parts) or len(set(parts)) != len(parts)):
+            raise DataMixError(f"--domain-tags takes none or tag=kind+kind,... (each tag and each kind once), got {spec!r}")
+        seen |= set(parts)
+        out[name] = parts
+    if len(out) < 2:
+        raise DataMixError(f"--domain-tags needs at least two tags (one tells the decoder nothing), got {spec!r}")
+    return out
+
+
+def domain_index(data_dir: str | Path, tags: dict[str, tuple[str, ...]]) -> np.ndarray:
+    """``(N,)`` int64, one per ``train.tsv`` row: the index into ``tags`` (:func:`parse_domain_tags`) of the tag
+    whose kinds hold the row's kind in ``train_kinds.txt``. Example i then starts its decoder input with the tag
+    ``domain_tag_id(first tag) + index[rows[i]]`` (:func:`aiayn.training.loop._training_pairs`).
+
+    Raises:
+        DataMixError: the folder has no ``train_kinds.txt``, or one of its kinds is in no tag (names them).
+    """
+    d = Path(data_dir).expanduser()
+    if not (d / KINDS_FILE).is_file():
+        raise DataMixError(f"--domain-tags: {d / KINDS_FILE} does not exist (one kind per train.tsv row; "
+                           "`aiayn data debian` writes it)")
+    kinds = (d / KINDS_FILE).read_text(encoding="utf-8").split()
+    lookup = {k: i for i, parts in enumerate(tags.values()) for k in parts}
+    missing = sorted(set(kinds) - set(lookup))
+    if missing:
+        raise DataMixError(f"--domain-tags: the kind(s) {', '.join(missing)} of {d / KINDS_FILE} are in no tag "
+                           f"(tags: {', '.join(t + '=' + '+'.join(p) for t, p in tags.items())})")
+    return np.fromiter((lookup[k] for k in kinds), dtype=np.int64, count=len(kinds))
+
+
 def collate_buffer(data: PairIds, idx: Sequence[int] | np.ndarray, *, pad_id: int, bos_id: int, multiple: int = 8,
                    max_width: int | None = None, pin_memory: bool = False) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """One batch in ONE int64 buffer ``(B*S + 2*B*T,)``: source ``(B, S)``, decoder input ``(B, T)`` and target

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sacrebleu
 import torch
 import torch.distributed as dist
@@ -29,7 +30,8 @@ from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
-from .loader import LANGS, BatchLoader, KindMix, PairIds, kind_mix, load_pairs, load_pairs_both
+from .loader import (KINDS_FILE, LANGS, BatchLoader, DataMixError, KindMix, PairIds, domain_index, kind_mix, load_pairs,
+                     load_pairs_both, parse_domain_tags)
 from .pipeline import load_split, rank_and_world, step_groups
 from .recipe import ADAM_IMPLS, TrainConfig, label_smoothed_loss, noam_lr, scale_residual_init
 from .state import (describe_hardware, init_weights_from, list_states, load_state_into, record_config_change,
@@ -196,6 +198,9 @@ def _build_model(tc: TrainConfig, tokenizer, device: torch.device) -> tuple[Tran
     overrides.setdefault("max_len", max(256, tc.max_len + 2))
     if tc.bidirectional:
         overrides.update(language_tags=LANGS, target_language=tc.direction.partition("-")[2])
+    domains = parse_domain_tags(tc.domain_tags)
+    if domains is not None:  # the first tag is the default: validation and the exported checkpoint decode with it
+        overrides.update(domain_tags=tuple(domains), domain=next(iter(domains)))
     cfg = TransformerConfig.preset(tc.preset, **overrides)
     torch.manual_seed(tc.seed)
     return cfg, Transformer(cfg).to(device)
@@ -403,10 +408,16 @@ def _train_epoch(run: _Run, data, groups, *, recorder, bar, valid) -> bool:
     return False
 
 
-def _training_pairs(tc: TrainConfig, run: _Run, tokenizer, mix: KindMix | None, log) -> PairIds:
+def _training_pairs(tc: TrainConfig, run: _Run, tokenizer, mix: KindMix | None, log,
+                    domains: tuple[dict[str, tuple[str, ...]], np.ndarray] | None = None) -> PairIds:
     """The run's training examples (:func:`.loader.load_pairs` with the token cache, ``upsample_sentences`` and the
     data mix ``mix``); with a mix, its weights and per-kind pair and example counts go to the log and (rank 0) to
-    ``data_mix.json`` in the run directory (rewritten at every start: the mix a resume trains on)."""
+    ``data_mix.json`` in the run directory (rewritten at every start: the mix a resume trains on). ``domains``
+    (``--domain-tags``: the tags and :func:`.loader.domain_index`) starts each example's decoder input with its
+    kind's tag.
+
+    Raises:
+        DataMixError: ``train_kinds.txt`` has another number of rows than ``train.tsv``."""
     data_dir = Path(tc.data_dir).expanduser()
     cache_dir = "" if tc.token_cache == "off" else (tc.token_cache or None)
     kwargs = dict(max_len=tc.max_len, upsample=tc.upsample_sentences, cache_dir=cache_dir, log=log,
@@ -417,6 +428,17 @@ def _training_pairs(tc: TrainConfig, run: _Run, tokenizer, mix: KindMix | None, 
         log(f"both directions: {len(data):,} examples (en-de with <2de>, de-en with <2en> first in the decoder)")
     else:
         data = load_pairs(data_dir, "train", tc.direction, tokenizer, data_dir / "spm.model", **kwargs)
+    if domains is not None:  # each example's decoder input starts with its kind's domain tag
+        with open(data_dir / "train.tsv", "rb") as f:
+            n_rows = sum(1 for _ in f) - 1  # the header
+        if len(domains[1]) != n_rows:
+            raise DataMixError(f"--domain-tags: {data_dir / KINDS_FILE} does not match train.tsv (prepare the folder "
+                               "again with `aiayn data debian`)")
+        per_example = domains[1][data.rows]
+        data.decoder_starts = run.cfg.domain_tag_id(run.cfg.domain_tags[0]) + per_example
+        counts = np.bincount(per_example, minlength=len(run.cfg.domain_tags))
+        log(f"domain tags (--domain-tags {tc.domain_tags}), examples per epoch: "
+            + ", ".join(f"<{t}> {int(n):,}" for t, n in zip(run.cfg.domain_tags, counts)))
     if mix is not None:
         summary = mix.summary(data)
         log(f"data mix (--kind-weights {mix.spec}, upsample_sentences {tc.upsample_sentences}), pairs -> examples per "
@@ -435,8 +457,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
         ValueError: ``tc.pad_multiple`` < 1, ``tc.prefetch`` < 0 or an unknown ``tc.adam_impl`` (before anything
             is written).
-        DataMixError (a ValueError): ``tc.kind_weights`` this data folder cannot give (before anything is written;
-            :func:`.loader.kind_mix`).
+        DataMixError (a ValueError): ``tc.kind_weights`` or ``tc.domain_tags`` this data folder cannot give (before
+            anything is written; :func:`.loader.kind_mix`, :func:`.loader.domain_index`).
 
     The training pairs come from the token cache (:func:`.loader.load_pairs`, ``tc.token_cache``), the batches
     from a loader thread (:class:`.loader.BatchLoader`, ``tc.prefetch`` steps ahead, widths rounded up to
@@ -460,6 +482,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     data_dir = Path(tc.data_dir).expanduser()
     tokenizer = Tokenizer.load(data_dir / "spm.model")
     mix = kind_mix(data_dir, tc.kind_weights)  # refused here, before the run directory is touched
+    tags = parse_domain_tags(tc.domain_tags)
+    domains = None if tags is None else (tags, domain_index(data_dir, tags))  # refused here too
     cfg, model = _build_model(tc, tokenizer, device)
     tc = _resolved(tc, cfg, device, resume=resume)
     run = _Run(tc, cfg, device, rank, world, Path(tc.run_dir).expanduser(), model, make_optimizer(model, tc))
@@ -468,7 +492,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log) if rank == 0 and tc.record_attention else None
     if recorder is not None and not resumed:
         recorder.record(run.run_dir, model, 0)  # step 0: the initial (or warm-started) weights
-    data = _training_pairs(tc, run, tokenizer, mix, log)
+    data = _training_pairs(tc, run, tokenizer, mix, log, domains)
     valid = (tokenizer, *load_split(data_dir, "valid", tc.direction))
     log(f"{len(data)} training pairs, {model.num_parameters() / 1e6:.2f}M parameters, device {device}, world {world}, "
         f"{'bf16' if autocast_enabled(tc, device) else 'float32'} forward, Adam {tc.adam_impl}"

@@ -222,3 +222,4 @@ class TrainConfig:
     kind_weights: str = "none"  # data mix by train_kinds.txt: "none", "default" (datasheet) or "ding=1,narrative=2,..."
     lr_decay: str = "none"  # on top of Equation 3: "none", or "linear" to zero at max_steps (noam_lr; a cooldown)
     bidirectional: bool = False  # every pair both ways, the decoder started by the target's language tag (mBART, NLLB)
+    domain_tags: str = "none"  # the decoder started by a domain tag per group of kinds: "general=ding+everyday,..."

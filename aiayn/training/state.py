@@ -128,8 +128,9 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     trained on related data is a known head start for a data-poor child (transfer learning for NMT: Zoph et al.
     2016; Kocmi and Bojar 2018, who also reverse the direction). Not part of the paper's recipe.
 
-    A ``model`` with language tags (``--bidirectional``) may start from a model without: each tag's embedding row
-    starts as a copy of the start piece's (:func:`add_language_tag_rows`), the position the tags take over.
+    A ``model`` with language tags (``--bidirectional``) or domain tags (``--domain-tags``) may start from a model
+    without: each tag's embedding row starts as a copy of the start piece's (:func:`add_language_tag_rows`), the
+    position the tags take over.
 
     ``stack``: ``source`` may be shallower than ``model``: its layers are copied on top of themselves until they
     reach ``model``'s depth (progressive stacking, :func:`aiayn.training.stacking.stack_layers`).
@@ -170,17 +171,18 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
 
 
 def add_language_tag_rows(state: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
-    """``state`` with the embedding rows of ``model``'s language tags added where it has only the vocabulary's
-    (``(V, D)`` -> ``(V + n_tags, D)``), each a copy of the start piece's row (``bos_id``): a warm start of a
-    bidirectional model from a directional one. Other tensors, and a state that already has the rows, unchanged."""
+    """``state`` with the embedding rows of ``model``'s tags added where it has fewer (``(V, D)`` ->
+    ``(V + n_tags, D)``): its language tags (a warm start of a bidirectional model from a directional one) or its
+    domain tags (``--domain-tags``), each new row a copy of the start piece's row (``bos_id``), the position the
+    tags take over. Other tensors, and a state that already has the rows, unchanged."""
     cfg = model.cfg
-    if not cfg.language_tags:
+    if cfg.n_embeddings == cfg.vocab_size:
         return state
     out = dict(state)
     for key in ("embedding.weight", "src_embedding.weight", "tgt_embedding.weight"):
         w = out.get(key)
         if w is not None and w.dim() == 2 and w.size(0) == cfg.vocab_size:
-            out[key] = torch.cat([w, w[cfg.bos_id].expand(len(cfg.language_tags), -1)])
+            out[key] = torch.cat([w, w[cfg.bos_id].expand(cfg.n_embeddings - cfg.vocab_size, -1)])
     return out
 
 
