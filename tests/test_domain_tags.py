@@ -182,3 +182,22 @@ def test_translate_cli_takes_a_domain(tiny_spm, tmp_path, capsys):
     assert "<software>" in capsys.readouterr().out
     assert cli_main(["-c", str(ckpt), "--domain", "legal", "Good morning"]) == 2
     assert "no domain 'legal'" in capsys.readouterr().err
+
+
+def test_the_masking_lessons_greedy_decoder_runs_a_tagged_model_like_the_library(tiny_spm, tmp_path):
+    """The Masking page's own greedy loop starts from the model's tag and bans only output ids (a tag id is past
+    the logits' end: banning it there raised IndexError); with the causal mask it matches the library's greedy."""
+    from aiayn.decoding import greedy_decode
+    from aiayn.lessons.masking import greedy_with_self_mask
+    from aiayn.translator import Translator
+    from tiny_models import make_tiny_checkpoint
+
+    ckpt = make_tiny_checkpoint(tmp_path / "ckpt", tiny_spm, "en-de", seed=5, domain_tags=["general", "software"],
+                                domain="software")
+    tr = Translator.load(ckpt)
+    src = tr.encode_source("Good morning").ids
+    import torch
+
+    ours = greedy_with_self_mask(tr.model, src, max_len=12)
+    library = greedy_decode(tr.model, torch.tensor([src]), max_len=12)[0].tokens
+    assert ours[: len(library)] == list(library) and all(t < tr.cfg.vocab_size for t in ours)

@@ -221,7 +221,8 @@ def greedy_with_self_mask(model: Transformer, src_ids: Sequence[int], *, causal:
         for _ in range(limit):
             tgt = torch.tensor([tokens], dtype=torch.long, device=model.device)
             logits = decode_with_self_mask(model, tgt, enc, causal=causal).logits[0, -1].float().clone()
-            logits[[cfg.pad_id, cfg.decoder_start_id]] = float("-inf")  # as aiayn.decoding: never predict pad or the start token
+            # as aiayn.decoding: never predict pad or the start piece (a language or domain tag is no output id at all)
+            logits[list(cfg.never_predicted)] = float("-inf")
             nxt = int(logits.argmax())
             out.append(nxt)
             if nxt == cfg.eos_id:
