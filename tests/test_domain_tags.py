@@ -201,3 +201,47 @@ def test_the_masking_lessons_greedy_decoder_runs_a_tagged_model_like_the_library
     ours = greedy_with_self_mask(tr.model, src, max_len=12)
     library = greedy_decode(tr.model, torch.tensor([src]), max_len=12)[0].tokens
     assert ours[: len(library)] == list(library) and all(t < tr.cfg.vocab_size for t in ours)
+
+
+@pytest.fixture()
+def tagged_ckpt(tiny_spm, tmp_path):
+    from tiny_models import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path / "ckpt", tiny_spm, "en-de", seed=3, domain_tags=["general", "software"],
+                                domain="general")
+
+
+def test_evaluate_takes_a_domain_records_it_and_train_on_reuses_only_the_default(tagged_ckpt, tiny_data, tmp_path, capsys):
+    from aiayn.evaluation.scoring import cli_main
+    from aiayn.training.continuous import _fresh_test_eval
+
+    outs = {}
+    for domain in (None, "software"):
+        out = tmp_path / f"eval-{domain}.json"
+        args = ["-c", str(tagged_ckpt), "--data", str(tiny_data), "--no-progress", "--samples", "0", "--out", str(out),
+                "--hypotheses"]
+        assert cli_main(args + (["--domain", domain] if domain else [])) == 0
+        outs[domain] = json.loads(out.read_text())
+    assert outs[None]["decoding"]["domain"] == "general" and outs["software"]["decoding"]["domain"] == "software"
+    assert _fresh_test_eval(tmp_path / "eval-None.json", tagged_ckpt, tiny_data / "test.tsv")
+    assert not _fresh_test_eval(tmp_path / "eval-software.json", tagged_ckpt, tiny_data / "test.tsv")
+    capsys.readouterr()
+    assert cli_main(["-c", str(tagged_ckpt), "--data", str(tiny_data), "--domain", "legal"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no domain 'legal'" in err and len(err.splitlines()) == 1
+
+
+def test_evaluate_dev_with_a_domain_leaves_the_checkpoints_file_alone(tagged_ckpt, tmp_path, capsys):
+    from aiayn.evaluation.devsets import EVAL_DEV_FILE, cli_main
+
+    devsets = tmp_path / "devsets"
+    devsets.mkdir()
+    for name in ("short", "long", "classic"):
+        (devsets / f"{name}.tsv").write_text("en\tde\nGood morning\tGuten Morgen\n", encoding="utf-8")
+    assert cli_main(["-c", str(tagged_ckpt), "--devsets", str(devsets), "--domain", "software"]) == 0
+    assert not (tagged_ckpt / EVAL_DEV_FILE).exists()
+    out = tmp_path / "dev.json"
+    assert cli_main(["-c", str(tagged_ckpt), "--devsets", str(devsets), "--domain", "software", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["decoding"]["domain"] == "software"
+    assert cli_main(["-c", str(tagged_ckpt), "--devsets", str(devsets)]) == 0
+    assert json.loads((tagged_ckpt / EVAL_DEV_FILE).read_text())["decoding"]["domain"] == "general"

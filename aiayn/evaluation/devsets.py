@@ -126,7 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
     ap.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     ap.add_argument("--out", default=None, help=f"JSON file (default: CHECKPOINT/{EVAL_DEV_FILE}, or with --rerank "
-                    "none; '-' = do not write)")
+                    "or --domain none; '-' = do not write)")
+    ap.add_argument("--domain", default=None, help="a model trained with domain tags (aiayn train --domain-tags): the "
+                    "tag to start the decoder with (default: the model's own)")
     add_rerank_options(ap)
     return ap
 
@@ -152,7 +154,7 @@ def cli_main(argv: list[str]) -> int:
         return fail(str(exc))
     try:
         sets = load_devsets(args.devsets, args.sets)
-        tr = Translator.load(Path(args.checkpoint).expanduser(), device=args.device)
+        tr = Translator.load(Path(args.checkpoint).expanduser(), device=args.device).for_domain(args.domain)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         return fail(str(exc))
     directions = args.direction or checkpoint_directions(tr.meta)
@@ -171,8 +173,8 @@ def cli_main(argv: list[str]) -> int:
     for d, per_set in scores.items():
         for name, s in per_set.items():
             print(f"{name:<8} {d:<9} {s['n_sentences']:>4} {s['bleu']:>6.2f} {s['chrf']:>6.2f}")
-    if args.out == "-" or (weight is not None and args.out is None):  # the checkpoint's own file holds the paper's
-        return 0
+    if args.out == "-" or ((weight is not None or args.domain is not None) and args.out is None):
+        return 0  # the checkpoint's own file holds its default decoding
     from .scoring import score
 
     sig = score(["a"], ["a"])
@@ -181,7 +183,7 @@ def cli_main(argv: list[str]) -> int:
         "checkpoint_step": tr.meta.get("step"),
         "model_sha256": sha256_file(Path(args.checkpoint).expanduser() / "model.safetensors"),
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha, "max_len": "source length + 50",
-                     "projection": tr.projection.precision,
+                     "projection": tr.projection.precision, "domain": tr.cfg.domain,
                      "rerank": None if weight is None else {"weight": weight,
                                                                  "reverse": args.reverse or "default (reverse_for)"}},
         "signatures": {"bleu": sig["bleu_signature"], "chrf": sig["chrf_signature"]},

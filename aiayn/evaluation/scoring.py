@@ -220,6 +220,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--hypotheses", action="store_true", help="include every hypothesis in the JSON")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--domain", default=None, help="a model trained with domain tags (aiayn train --domain-tags): the "
+                    "tag to start the decoder with (default: the model's own)")
     add_rerank_options(ap)
     return ap
 
@@ -260,6 +262,7 @@ def _load_translator(args: argparse.Namespace):
                        "pass --direction")
     try:
         tr = tr.for_direction(direction)  # a model for both directions: the target's tag starts the decoder
+        tr = tr.for_domain(args.domain)  # a model with domain tags: the tag asked for starts the decoder
     except ValueError as exc:
         raise _Refused(str(exc)) from None
     return tr, direction
@@ -338,7 +341,7 @@ def _results_record(args: argparse.Namespace, tr, res: dict[str, Any], direction
         "limit": args.limit,
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha,
                      "max_len": args.max_len if args.max_len is not None else "source length + 50",
-                     "batch_size": args.batch_size, "projection": tr.projection.precision,
+                     "batch_size": args.batch_size, "projection": tr.projection.precision, "domain": tr.cfg.domain,
                      "rerank": None if args.weight is None else {
                          "weight": args.weight, "reverse": args.reverse or "the shipped model of the opposite direction",
                          "method": "beam n-best + weight x log P(source | output) / source pieces (Yee et al. 2019)"}},

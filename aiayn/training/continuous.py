@@ -342,16 +342,20 @@ IDENTITY = ("step", "train_tokens", "averaged_states")
 
 def _fresh_test_eval(path: Path, ckpt: Path, test_file: Path) -> bool:
     """Whether an ``aiayn evaluate`` JSON scored these weights (same step, tokens and averaged states as the
-    checkpoint's meta) on ``test_file`` (same bytes) in full with beam 4 and alpha 0.6."""
+    checkpoint's meta) on ``test_file`` (same bytes) in full with beam 4 and alpha 0.6, the paper's beam search (no
+    reranking) and the model's own domain tag (if it has domain tags)."""
     from ..files import sha256_file
 
     try:
-        ev, meta = _read_json(path), _read_json(ckpt / "config.json").get("meta") or {}
+        config = _read_json(ckpt / "config.json")
+        ev, meta = _read_json(path), config.get("meta") or {}
     except BadInput:
         return False
     dec, ev_meta = ev.get("decoding") or {}, ev.get("checkpoint_meta") or {}
     return (ev.get("data") or {}).get("split_file_sha256") == sha256_file(test_file) and ev.get("limit") is None \
-        and dec.get("beam_size") == 4 and dec.get("alpha") == 0.6 and all(ev_meta.get(k) == meta.get(k) for k in IDENTITY)
+        and dec.get("beam_size") == 4 and dec.get("alpha") == 0.6 and dec.get("rerank") is None \
+        and dec.get("domain") == (config.get("model") or {}).get("domain") \
+        and all(ev_meta.get(k) == meta.get(k) for k in IDENTITY)
 
 
 def _fresh_dev_eval(path: Path, ckpt: Path, devsets: Path, direction: str) -> bool:
