@@ -231,3 +231,18 @@ def test_card_states_the_data_mix_by_kind_only_when_one_was_used(tiny_checkpoint
     line = next(ln for ln in render_card(ckpt, None, None, [], "cpu").splitlines() if ln.startswith("- Data mix"))
     assert "`--kind-weights ding=1,everyday=3`" in line
     assert "everyday x3: 10 pairs -> 30" in line and "ding x1: 1,000 pairs -> 1,000" in line and "1,030 in all" in line
+
+
+def test_card_states_the_domain_tags_only_of_a_model_that_has_them(tiny_checkpoints, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "en-de"
+    shutil.copytree(tiny_checkpoints / "en-de", ckpt)
+    assert "Domain tags" not in render_card(ckpt, None, None, [], "cpu")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["model"].update(domain_tags=["general", "software"], domain="general")
+    cfg.setdefault("meta", {}).setdefault("train_config", {})["domain_tags"] = "general=ding,software=ui"
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    line = next(x for x in render_card(ckpt, None, None, [], "cpu").splitlines() if "Domain tags" in x)
+    assert "--domain-tags general=ding,software=ui" in line and "`<general>`, `<software>`" in line
+    assert "decodes with `<general>`" in line

@@ -227,6 +227,7 @@ def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str
                "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
                "Bojar 2018)."] if init_from else []),
             *_data_mix_lines(meta.get("data_mix")),
+            *_domain_tag_lines(model, tc.get("domain_tags")),
             *_config_change_lines(meta.get("config_changes", []), tc.get("accumulation")),
             f"- Steps{' (this run)' if several else ''}: {meta.get('step')} (epoch {meta.get('epoch')}), "
             f"{meta.get('train_tokens', 0):,} target tokens seen, wall time {_fmt_minutes(meta.get('train_wall_time_s'))}.",
@@ -247,6 +248,17 @@ def _interpolation_note(interp: dict[str, Any] | None) -> str:
     step = f" (step {a['step']:,})" if isinstance(a.get("step"), int) else ""
     return (f" The weights shipped are {1 - w:g} x `{_short_path(a.get('path', 'A'))}`{step} + {w:g} x this average, "
             "parameter by parameter (a weight interpolation, WiSE-FT: Wortsman et al. 2022).")
+
+
+def _domain_tag_lines(model: dict[str, Any], spec: str | None) -> list[str]:
+    """One line on the domain tags (``aiayn train --domain-tags``) of a model that has them, or none."""
+    tags = model.get("domain_tags") or []
+    if not tags:
+        return []
+    return [f"- Domain tags (`--domain-tags {spec or ', '.join(tags)}`): each training pair's decoder input started "
+            f"with the tag of its kind's domain ({', '.join(f'`<{t}>`' for t in tags)}) instead of `<s>` (domain "
+            f"control, Kobus et al. 2017; not in the paper). It decodes with `<{model.get('domain')}>` unless asked "
+            "for another (`aiayn translate --domain`); the scores below are with that tag."]
 
 
 def _data_mix_lines(mix: dict[str, Any] | None) -> list[str]:
