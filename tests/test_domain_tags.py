@@ -166,10 +166,12 @@ def test_cli_refuses_bad_domain_tags_before_writing(kinds_data, tiny_data, tmp_p
     assert cli_main(["--data", str(kinds_data), "--run", str(run), "--preset", "tiny",
                      "--domain-tags", "general=ding,software=ui"]) == 2
     assert "narrative" in capsys.readouterr().err and not run.exists()
-    for bad in (["--domain-tags", "general=ding"], ["--domain-tags", SPEC, "--bidirectional"]):
+    for bad, flag in ((["--domain-tags", "general=ding"], "domain-tags"),
+                      (["--domain-tags", SPEC, "--bidirectional"], "domain-tags"),
+                      (["--domain-tags", SPEC, "--tag-lr-scale", "0"], "tag-lr-scale")):
         with pytest.raises(SystemExit):
             cli_main(["--data", str(kinds_data), "--run", str(run), "--preset", "tiny", *bad])
-        assert "domain-tags" in capsys.readouterr().err
+        assert flag in capsys.readouterr().err
 
 
 def test_translate_cli_takes_a_domain(tiny_spm, tmp_path, capsys):
@@ -245,3 +247,25 @@ def test_evaluate_dev_with_a_domain_leaves_the_checkpoints_file_alone(tagged_ckp
     assert json.loads(out.read_text())["decoding"]["domain"] == "software"
     assert cli_main(["-c", str(tagged_ckpt), "--devsets", str(devsets)]) == 0
     assert json.loads((tagged_ckpt / EVAL_DEV_FILE).read_text())["decoding"]["domain"] == "general"
+
+
+def test_tag_lr_scale_multiplies_the_tag_rows_step_and_nothing_else(kinds_data, tmp_path):
+    """One step from the same warm start with --tag-lr-scale 1 and 8: the tag rows moved 8 times as far, every other
+    weight (the vocabulary's rows included) took the same step."""
+    parent = tmp_path / "parent"
+    train(tiny_tc(kinds_data, parent, max_steps=2, save_every=2), log=QUIET)
+    got = {}
+    for k in (1.0, 8.0):
+        run = tmp_path / f"k{k:g}"
+        train(tiny_tc(kinds_data, run, domain_tags=SPEC, tag_lr_scale=k, max_steps=1, save_every=1,
+                      init_from=str(parent), model_overrides={"dropout": 0.0}), log=QUIET)
+        got[k] = weights(list_states(run)[-1])
+    start = weights(list_states(parent)[-1])["embedding.weight"]
+    vocab, bos = start.shape[0], Tokenizer.load(kinds_data / "spm.model").bos_id
+    moved = {k: w["embedding.weight"][vocab:] - start[bos] for k, w in got.items()}
+    assert np.abs(moved[1.0]).max() > 0
+    np.testing.assert_allclose(moved[8.0], 8.0 * moved[1.0], rtol=1e-4, atol=1e-7)
+    for name in got[1.0]:
+        a, b = got[1.0][name], got[8.0][name]
+        np.testing.assert_array_equal(a[:vocab] if name == "embedding.weight" else a,
+                                      b[:vocab] if name == "embedding.weight" else b, err_msg=name)

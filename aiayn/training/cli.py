@@ -47,7 +47,7 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
                ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("kind_weights", str),
-               ("lr_decay", str), ("domain_tags", str)]
+               ("lr_decay", str), ("domain_tags", str), ("tag_lr_scale", float)]
 
 #: Help text of the flags whose name alone does not say enough.
 FLAG_HELP = {
@@ -71,6 +71,9 @@ FLAG_HELP = {
                    "(domain control, Kobus et al. 2017): none, or tag=kind+kind,... e.g. general=ding+everyday+"
                    "narrative,software=ui+documentation; the first tag is what the model decodes with by default "
                    "(needs train_kinds.txt; docs/training.md); ",
+    "tag_lr_scale": "multiply each optimizer step's update of the embedding rows of the tags (--domain-tags, "
+                    "--bidirectional) by this: rows added to a trained model learn at a cooldown's small rate "
+                    "otherwise; 1 = the same update as every other weight; ",
     "token_cache": "folder of the token id cache (keyed by the sha256 of spm.model and the split file); '' = "
                    "DATA/cache, 'off' = tokenise in memory at every start; ",
 }
@@ -112,6 +115,8 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
     if base["adam_impl"] not in ADAM_IMPLS:
         raise ValueError(f"--adam-impl must be one of {', '.join(ADAM_IMPLS)}, got {base['adam_impl']!r}")
     parse_kind_weights(base["kind_weights"])  # a malformed spec is refused here (DataMixError is a ValueError)
+    if not 0 < float(base["tag_lr_scale"]) < float("inf"):
+        raise ValueError(f"--tag-lr-scale must be a positive number, got {base['tag_lr_scale']}")
     if parse_domain_tags(base["domain_tags"]) is not None and base["bidirectional"]:
         raise ValueError("--domain-tags and --bidirectional both start the decoder with a tag: choose one")
     return TrainConfig(**base)

@@ -334,8 +334,24 @@ def _train_step(run: _Run, micro, n_tok_global: int) -> float:
             loss, _ = label_smoothed_loss(logits, t, tc.epsilon_ls, cfg.pad_id)
             (loss * scale).backward()
         run.window_loss += loss.detach()
+    rows = _tag_rows(run) if tc.tag_lr_scale != 1.0 else []
+    before = [r.detach().clone() for r in rows]
     run.opt.step()
+    if rows:  # the tags' rows move tag_lr_scale times as far as Adam's step took them
+        with torch.no_grad():
+            for r, b in zip(rows, before):
+                r.copy_(b + tc.tag_lr_scale * (r - b))
     return lr
+
+
+def _tag_rows(run: _Run) -> list[torch.Tensor]:
+    """Views of the embedding rows of the model's tags (ids ``vocab_size`` and up: language or domain tags), in the
+    decoder's table (the shared one, Section 3.4, or the target one); empty for a model without tags."""
+    cfg, model = run.cfg, run.model
+    if cfg.n_embeddings == cfg.vocab_size:
+        return []
+    table = model.embedding if getattr(model, "embedding", None) is not None else model.tgt_embedding
+    return [table.weight[cfg.vocab_size:]]
 
 
 def _out_of_time(run: _Run, log_now: bool) -> bool:

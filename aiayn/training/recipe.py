@@ -223,3 +223,4 @@ class TrainConfig:
     lr_decay: str = "none"  # on top of Equation 3: "none", or "linear" to zero at max_steps (noam_lr; a cooldown)
     bidirectional: bool = False  # every pair both ways, the decoder started by the target's language tag (mBART, NLLB)
     domain_tags: str = "none"  # the decoder started by a domain tag per group of kinds: "general=ding+everyday,..."
+    tag_lr_scale: float = 1.0  # x on each step's update of the tag rows (language or domain tags: new rows at a cooldown)
