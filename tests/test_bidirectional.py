@@ -144,15 +144,20 @@ def test_a_bidirectional_run_trains_on_both_and_resumes_exactly(tiny_data, tmp_p
         assert t.decoder_input_tokens[0] == tag
 
 
-def test_a_warm_start_from_a_directional_model_copies_it_and_seeds_the_tags(tiny_data, tmp_path):
+def warm_started(data, tmp_path, **child) -> tuple[dict, dict]:
+    """``(parent weights, child weights)``: a 2-step parent without tags, then a 1-step child warm-started from it
+    with the training fields ``child`` (default lr_scale 0: its first state holds its initial weights)."""
     parent = tmp_path / "parent"
-    train(tiny_tc(tiny_data, parent, max_steps=2, save_every=2), log=QUIET)
-    expected = weights(list_states(parent)[-1])
-    child = tmp_path / "child"
-    # lr_scale 0: the child's first state holds its initial weights
-    train(tiny_tc(tiny_data, child, bidirectional=True, lr_scale=0.0, max_steps=1, save_every=1,
-                  init_from=str(parent)), log=QUIET)
-    got = weights(list_states(child)[-1])
+    if not parent.exists():  # one parent for every child of a test
+        train(tiny_tc(data, parent, max_steps=2, save_every=2), log=QUIET)
+    run = tmp_path / f"child-{len(list(tmp_path.glob('child-*')))}"
+    train(tiny_tc(data, run, **{"lr_scale": 0.0, "max_steps": 1, "save_every": 1, **child}, init_from=str(parent)),
+          log=QUIET)
+    return weights(list_states(parent)[-1]), weights(list_states(run)[-1])
+
+
+def test_a_warm_start_from_a_directional_model_copies_it_and_seeds_the_tags(tiny_data, tmp_path):
+    expected, got = warm_started(tiny_data, tmp_path, bidirectional=True)
     assert set(got) == set(expected)
     emb, parent_emb = got["embedding.weight"], expected["embedding.weight"]
     vocab, bos = parent_emb.shape[0], Tokenizer.load(tiny_data / "spm.model").bos_id

@@ -21,6 +21,7 @@ from aiayn.training.loop import train
 from aiayn.training.state import list_states
 from aiayn.tokenizer import Tokenizer
 
+from test_bidirectional import warm_started
 from test_train import QUIET, read_metrics, tiny_tc, weights
 from test_train_pipeline import write_kinds
 
@@ -144,13 +145,8 @@ def test_the_tags_change_what_the_decoder_sees(kinds_data, tmp_path):
 
 
 def test_a_warm_start_seeds_the_domain_rows_with_the_start_piece(kinds_data, tmp_path):
-    parent = tmp_path / "parent"
-    train(tiny_tc(kinds_data, parent, max_steps=2, save_every=2), log=QUIET)
-    expected = weights(list_states(parent)[-1])
-    child = tmp_path / "child"
-    train(tiny_tc(kinds_data, child, domain_tags=SPEC, lr_scale=0.0, max_steps=1, save_every=1,
-                  init_from=str(parent)), log=QUIET)
-    emb, parent_emb = weights(list_states(child)[-1])["embedding.weight"], expected["embedding.weight"]
+    expected, got = warm_started(kinds_data, tmp_path, domain_tags=SPEC)
+    emb, parent_emb = got["embedding.weight"], expected["embedding.weight"]
     vocab, bos = parent_emb.shape[0], Tokenizer.load(kinds_data / "spm.model").bos_id
     np.testing.assert_array_equal(emb[:vocab], parent_emb)
     np.testing.assert_array_equal(emb[vocab:], np.stack([parent_emb[bos]] * 2))
@@ -252,15 +248,11 @@ def test_evaluate_dev_with_a_domain_leaves_the_checkpoints_file_alone(tagged_ckp
 def test_tag_lr_scale_multiplies_the_tag_rows_step_and_nothing_else(kinds_data, tmp_path):
     """One step from the same warm start with --tag-lr-scale 1 and 8: the tag rows moved 8 times as far, every other
     weight (the vocabulary's rows included) took the same step."""
-    parent = tmp_path / "parent"
-    train(tiny_tc(kinds_data, parent, max_steps=2, save_every=2), log=QUIET)
     got = {}
     for k in (1.0, 8.0):
-        run = tmp_path / f"k{k:g}"
-        train(tiny_tc(kinds_data, run, domain_tags=SPEC, tag_lr_scale=k, max_steps=1, save_every=1,
-                      init_from=str(parent), model_overrides={"dropout": 0.0}), log=QUIET)
-        got[k] = weights(list_states(run)[-1])
-    start = weights(list_states(parent)[-1])["embedding.weight"]
+        start, got[k] = warm_started(kinds_data, tmp_path, domain_tags=SPEC, tag_lr_scale=k, lr_scale=1.0,
+                                     model_overrides={"dropout": 0.0})
+    start = start["embedding.weight"]
     vocab, bos = start.shape[0], Tokenizer.load(kinds_data / "spm.model").bos_id
     moved = {k: w["embedding.weight"][vocab:] - start[bos] for k, w in got.items()}
     assert np.abs(moved[1.0]).max() > 0

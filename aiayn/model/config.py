@@ -136,35 +136,31 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.final_logits_bias, bool):
             raise ValueError(f"final_logits_bias must be a bool, got {self.final_logits_bias!r}")
-        self._check_language_tags()
-        self._check_domain_tags()
+        self._check_tags()
 
-    def _check_domain_tags(self) -> None:
-        tags = self.domain_tags
+    def _tags(self, name: str, valid, what: str) -> tuple[str, ...]:
+        """The field ``name`` (a list of tag names) as a tuple, each name ``valid`` and none twice."""
+        tags = getattr(self, name)
         if isinstance(tags, str) or not isinstance(tags, (list, tuple)):
-            raise ValueError(f"domain_tags must be a list of domain names, got {tags!r}")
+            raise ValueError(f"{name} must be a list of {what}, got {tags!r}")
         tags = tuple(tags)
-        object.__setattr__(self, "domain_tags", tags)  # JSON gives a list; the frozen config keeps a tuple
-        if any(not isinstance(t, str) or not t.replace("_", "").isalnum() or not t.isascii() for t in tags) \
-                or len(set(tags)) != len(tags):
-            raise ValueError(f"domain_tags must be distinct names of letters, digits and _, such as 'general', got {list(tags)!r}")
-        if tags and self.language_tags:
+        object.__setattr__(self, name, tags)  # JSON gives a list; the frozen config keeps a tuple
+        if any(not isinstance(t, str) or not valid(t) for t in tags) or len(set(tags)) != len(tags):
+            raise ValueError(f"{name} must be distinct {what}, got {list(tags)!r}")
+        return tags
+
+    def _check_tags(self) -> None:
+        """Language tags (``<2de>``) and domain tags (``<general>``): valid names, the chosen one among them, and
+        not both kinds (the decoder has one first position)."""
+        langs = self._tags("language_tags", str.isalpha, "language codes such as 'de', 'en'")
+        domains = self._tags("domain_tags", lambda t: t.isascii() and t.replace("_", "").isalnum(),
+                             "names of letters, digits and _, such as 'general'")
+        if langs and domains:
             raise ValueError("a model has language tags or domain tags, not both (the decoder has one first position)")
-        if self.domain is not None and self.domain not in tags:
-            raise ValueError(f"domain {self.domain!r} has no tag in this model "
-                             f"(it has {', '.join(tags) if tags else 'none'})")
-
-    def _check_language_tags(self) -> None:
-        tags = self.language_tags
-        if isinstance(tags, str) or not isinstance(tags, (list, tuple)):
-            raise ValueError(f"language_tags must be a list of language codes, got {tags!r}")
-        tags = tuple(tags)
-        object.__setattr__(self, "language_tags", tags)  # JSON gives a list; the frozen config keeps a tuple
-        if any(not isinstance(t, str) or not t.isalpha() for t in tags) or len(set(tags)) != len(tags):
-            raise ValueError(f"language_tags must be distinct language codes such as 'de', 'en', got {list(tags)!r}")
-        if self.target_language is not None and self.target_language not in tags:
-            raise ValueError(f"target_language {self.target_language!r} has no tag in this model "
-                             f"(it has {', '.join(tags) if tags else 'none'})")
+        for chosen, tags in (("target_language", langs), ("domain", domains)):
+            value = getattr(self, chosen)
+            if value is not None and value not in tags:
+                raise ValueError(f"{chosen} {value!r} has no tag in this model (it has {', '.join(tags) if tags else 'none'})")
 
     @property
     def n_embeddings(self) -> int:
