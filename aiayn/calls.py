@@ -129,7 +129,7 @@ def encode_prefix(tokenizer: Any, cfg: "TransformerConfig", text: Any) -> Encode
     """
     cleaned = clean_text(text)
     ids = encode_target(tokenizer, cleaned)
-    special = {getattr(tokenizer, "unk_id", None), cfg.eos_id, cfg.pad_id, cfg.decoder_start_id}
+    special = {getattr(tokenizer, "unk_id", None), cfg.eos_id, *cfg.never_predicted}  # never_predicted: pad, start piece
     if special.intersection(ids):
         words = [w for w in cleaned.split() if special.intersection(encode_target(tokenizer, w))]
         raise ValueError(f"the vocabulary has no ordinary piece for {', '.join(repr(w) for w in words) or repr(cleaned)}"

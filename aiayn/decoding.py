@@ -542,7 +542,8 @@ def _check_prefix(prefix: Sequence[Sequence[int]], B: int, limits: list[int], cf
     """``prefix`` as ``B`` lists of ints, checked (see :func:`beam_search`)."""
     if isinstance(prefix, (str, bytes)) or len(prefix) != B:
         raise ValueError(f"prefix must hold {B} id lists (one per sentence), got {prefix!r:.80}")
-    banned = {cfg.pad_id: "padding", cfg.decoder_start_id: "the start piece", cfg.eos_id: "</s>"}
+    # the start piece, not the decoder's start id: with a language or domain tag that is no piece at all
+    banned = {cfg.pad_id: "padding", cfg.start_piece_id: "the start piece", cfg.eos_id: "</s>"}
     out = []
     for b, ids in enumerate(prefix):
         ids = [int(i) for i in ids]

@@ -261,3 +261,19 @@ def test_tag_lr_scale_multiplies_the_tag_rows_step_and_nothing_else(kinds_data, 
         a, b = got[1.0][name], got[8.0][name]
         np.testing.assert_array_equal(a[:vocab] if name == "embedding.weight" else a,
                                       b[:vocab] if name == "embedding.weight" else b, err_msg=name)
+
+
+def test_a_forced_prefix_may_not_hold_the_start_piece_of_a_tagged_model(tagged_ckpt):
+    """With a tag first in the decoder the start piece <s> is still never an output: a prefix holding it is refused
+    (the check named the decoder's start id, the tag, and let <s> through)."""
+    import torch
+
+    from aiayn.decoding import beam_search
+    from aiayn.translator import Translator
+
+    tr = Translator.load(tagged_ckpt)
+    src = torch.tensor([tr.encode_source("Good morning").ids])
+    with pytest.raises(ValueError, match="the start piece"):
+        beam_search(tr.model, src, beam_size=2, prefix=[[tr.cfg.bos_id]])
+    ok = beam_search(tr.model, src, beam_size=2, prefix=[[5, 6]], max_len=6)[0][0].tokens
+    assert list(ok[:2]) == [5, 6]
