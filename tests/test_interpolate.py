@@ -77,3 +77,26 @@ def test_two_different_models_a_bad_weight_or_a_missing_file_are_one_line_errors
     assert err.startswith("aiayn interpolate: ") and err.count("\n") == 1 and "Traceback" not in err
     assert interpolate_cli_main([str(a), str(b), str(tmp_path / "z"), "--weight", "0.3"]) == 0
     assert "0.7 x" in capsys.readouterr().out and (tmp_path / "z" / "model.safetensors").is_file()
+
+
+def test_a_descendant_with_tags_added_interpolates_with_its_untagged_parent(pair, tmp_path, tiny_spm):
+    """B warm-started from A with domain tags (train-on --interpolate met this at session 20's judge: the two were
+    refused as "different shapes" naming no field). A counts with each tag row equal to its start piece's, so w = 0
+    gives A's weights with those rows; a tagged A against an untagged B, or other tags, stay refused by name."""
+    a, _ = pair
+    tagged = make_tiny_checkpoint(tmp_path / "tagged", tiny_spm, "en-de", seed=5, domain_tags=["general", "software"],
+                                  domain="general")
+    ma, (mb, _) = load_checkpoint(a)[0], load_checkpoint(tagged)
+    (mo, config) = load_checkpoint(interpolate(a, tagged, tmp_path / "half", weight=0.5))
+    V, bos = ma.cfg.vocab_size, ma.cfg.bos_id
+    ea, eb, eo = ma.embedding.weight, mb.embedding.weight, mo.embedding.weight
+    assert config["model_config"].domain_tags == ("general", "software") and eo.shape[0] == V + 2
+    assert torch.allclose(eo[:V], (0.5 * ea + 0.5 * eb[:V]).half().float(), atol=0, rtol=0)
+    assert torch.allclose(eo[V:], (0.5 * ea[bos] + 0.5 * eb[V:]).half().float(), atol=0, rtol=0)
+    w0 = load_checkpoint(interpolate(a, tagged, tmp_path / "w0", weight=0.0))[0]
+    assert torch.equal(w0.embedding.weight[V:], ea[bos].half().float().expand(2, -1))
+    with pytest.raises(ValueError, match="one model shape .*domain_tags"):
+        interpolate(tagged, a, tmp_path / "x", weight=0.5)
+    other = make_tiny_checkpoint(tmp_path / "other", tiny_spm, "en-de", seed=6, n_layers=1, domain_tags=["general", "x"])
+    with pytest.raises(ValueError, match="one model shape .*n_layers"):
+        interpolate(a, other, tmp_path / "y", weight=0.5)

@@ -7,6 +7,7 @@ float32 with the run's SentencePiece model, metrics, configuration history and a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -102,9 +103,12 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     stored in B's dtype; ``meta["interpolation"]`` records the weight and A (path, step, averaged states), which the
     model card states. Computed in float32. Returns ``out_dir`` as a ``Path``.
 
+    B may have tags that A lacks (language or domain tags added when B was warm-started from A): A then counts
+    with each tag row equal to its start piece's row, the row B's tags started from.
+
     Raises:
-        ValueError: ``weight`` outside [0, 1]; the two are not checkpoints of one model shape or do not share one
-            SentencePiece model (names what differs); a file is damaged (from :func:`aiayn.checkpoint.load_checkpoint`).
+        ValueError: ``weight`` outside [0, 1]; the two are not checkpoints of one model shape (names the fields that
+            differ) or do not share one SentencePiece model; a file is damaged (from :func:`aiayn.checkpoint.load_checkpoint`).
         FileNotFoundError: a directory or one of its files is missing.
     """
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
@@ -112,13 +116,23 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     a_dir, b_dir = Path(a_dir).expanduser(), Path(b_dir).expanduser()
     model_a, cfg_a = load_checkpoint(a_dir)
     model_b, cfg_b = load_checkpoint(b_dir)
-    if cfg_a["model_config"] != cfg_b["model_config"]:
-        diff = sorted(k for k, v in cfg_a["model"].items() if cfg_b["model"].get(k) != v)
+    conf_a, conf_b = cfg_a["model_config"], cfg_b["model_config"]
+    tags = dict(language_tags=conf_b.language_tags, target_language=conf_b.target_language,
+                domain_tags=conf_b.domain_tags, domain=conf_b.domain)
+    # B warm-started from A with tags added (--domain-tags, --bidirectional): A's tag rows are the start piece's, as
+    # the warm start made them (training.state.add_language_tag_rows), so w = 0 is A and w = 1 is B
+    tags_added = conf_a.n_embeddings == conf_a.vocab_size and conf_a.replace(**tags) == conf_b
+    if conf_a != conf_b and not tags_added:
+        diff = [f.name for f in dataclasses.fields(conf_a) if f.compare and getattr(conf_a, f.name) != getattr(conf_b, f.name)]
         raise ValueError(f"{a_dir} and {b_dir} are not checkpoints of one model shape (they differ in {diff})")
     spm_a, spm_b = (a_dir / SPM_FILE).read_bytes(), (b_dir / SPM_FILE).read_bytes()
     if spm_a != spm_b:
         raise ValueError(f"{a_dir} and {b_dir} do not share one SentencePiece model ({SPM_FILE} differs)")
     a_state = model_a.state_dict()
+    if tags_added:
+        from .state import add_language_tag_rows
+
+        a_state = add_language_tag_rows(a_state, model_b)
     model_b.load_state_dict({k: (1.0 - weight) * a_state[k] + weight * v for k, v in model_b.state_dict().items()})
     meta_a = cfg_a.get("meta", {})
     meta = dict(cfg_b.get("meta", {}))
