@@ -107,14 +107,24 @@ def shipped_en_de():
 
 
 @pytest.fixture()
-def checkpoints(tiny_checkpoints, monkeypatch):
-    """Point the app at the tiny checkpoints (``AIAYN_CHECKPOINTS``) with Streamlit's caches cleared around
-    the test, so each AppTest starts from a cold process state."""
+def serve(monkeypatch):
+    """``serve(directory)`` points the app at a checkpoints folder (``AIAYN_CHECKPOINTS``) with Streamlit's caches
+    cleared, so the next AppTest starts from a cold process state; the caches are cleared again after the test.
+    Returns ``directory``."""
     import streamlit as st
 
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tiny_checkpoints))
+    def point(directory: Path) -> Path:
+        monkeypatch.setenv("AIAYN_CHECKPOINTS", str(directory))
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        return directory
+
+    yield point
     st.cache_data.clear()
     st.cache_resource.clear()
-    yield tiny_checkpoints
-    st.cache_data.clear()
-    st.cache_resource.clear()
+
+
+@pytest.fixture()
+def checkpoints(tiny_checkpoints, serve):
+    """The app pointed at the tiny checkpoints (:func:`serve`)."""
+    return serve(tiny_checkpoints)

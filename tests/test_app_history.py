@@ -43,26 +43,12 @@ def history_checkpoints(tiny_checkpoints, tiny_translator, tmp_path_factory) -> 
     return root
 
 
-@pytest.fixture()
-def app_env(monkeypatch):
-    import streamlit as st
-
-    def point(directory: Path) -> None:
-        monkeypatch.setenv("AIAYN_CHECKPOINTS", str(directory))
-        st.cache_data.clear()
-        st.cache_resource.clear()
-
-    yield point
-    st.cache_data.clear()
-    st.cache_resource.clear()
-
-
 def z_of(spec: dict) -> np.ndarray:
     return arr(spec["data"][0]["z"])
 
 
-def test_slider_scrubs_the_recorded_steps(history_checkpoints, app_env):
-    app_env(history_checkpoints)
+def test_slider_scrubs_the_recorded_steps(history_checkpoints, serve):
+    serve(history_checkpoints)
     h = load_history(history_checkpoints / "en-de")
     at = run(tab="history")
     assert not at.exception, at.exception
@@ -89,8 +75,8 @@ def test_slider_scrubs_the_recorded_steps(history_checkpoints, app_env):
         np.testing.assert_allclose(z_of({"data": [trace]}), expect[s], atol=1e-5)
 
 
-def test_url_restores_sentence_kind_layer_head_and_step(history_checkpoints, app_env):
-    app_env(history_checkpoints)
+def test_url_restores_sentence_kind_layer_head_and_step(history_checkpoints, serve):
+    serve(history_checkpoints)
     h = load_history(history_checkpoints / "en-de")
     src = h.sentences[2].source
     at = run({"tsent": src, "tstep": "10", "kind": "encoder", "layer": "1", "head": "3"}, tab="history")
@@ -104,24 +90,24 @@ def test_url_restores_sentence_kind_layer_head_and_step(history_checkpoints, app
     np.testing.assert_allclose(y.ravel(), ent, atol=1e-5)
 
 
-def test_bad_step_in_the_url_is_reported(history_checkpoints, app_env):
-    app_env(history_checkpoints)
+def test_bad_step_in_the_url_is_reported(history_checkpoints, serve):
+    serve(history_checkpoints)
     at = run({"tstep": "15"}, tab="history")
     assert not at.exception
     assert any("tstep" in w.value and "0, 10, 20" in w.value for w in at.warning)
 
 
-def test_checkpoint_without_history_says_so(tiny_checkpoints, app_env):
-    app_env(tiny_checkpoints)
+def test_checkpoint_without_history_says_so(tiny_checkpoints, serve):
+    serve(tiny_checkpoints)
     at = run(tab="history")
     assert not at.exception, at.exception
     assert any("trained before the attention history was recorded" in i.value for i in at.info)
     assert "history_map" not in charts(at) and not at.get("select_slider")
 
 
-def test_switching_direction_keeps_the_tab_working(history_checkpoints, app_env):
+def test_switching_direction_keeps_the_tab_working(history_checkpoints, serve):
     """A sentence picked in en-de is not one of de-en's: the tab falls back to de-en's first sentence."""
-    app_env(history_checkpoints)
+    serve(history_checkpoints)
     h_de = load_history(history_checkpoints / "de-en")
     at = run({"tsent": load_history(history_checkpoints / "en-de").sentences[1].source}, tab="history")
     assert not at.exception, at.exception
@@ -135,7 +121,7 @@ def test_switching_direction_keeps_the_tab_working(history_checkpoints, app_env)
     np.testing.assert_allclose(z_of(charts(at)["history_map"]), h_de.stack(0, "cross")[1, -1].mean(0), atol=1e-5)
 
 
-def test_a_warm_started_history_counts_lifetime_steps_and_the_entropy_title_fits_the_curve(history_checkpoints, app_env,
+def test_a_warm_started_history_counts_lifetime_steps_and_the_entropy_title_fits_the_curve(history_checkpoints, serve,
                                                                                             tmp_path):
     """A checkpoint whose lineage says its last run started from a trained parent at lifetime step 8,000: the tab
     says so and shows lifetime steps (the URL keeps the run's own); the entropy title names the curve's direction."""
@@ -149,7 +135,7 @@ def test_a_warm_started_history_counts_lifetime_steps_and_the_entropy_title_fits
         {"run": "runs/b", "direction": "en-de", "init_from": "checkpoints/en-de", "steps": 20, "train_tokens": 1,
          "wall_time_s": 1.0}]
     (root / "en-de" / "config.json").write_text(json.dumps(cfg))
-    app_env(root)
+    serve(root)
     at = run({"tstep": "8010"}, tab="history")  # the URL holds the lifetime step too
     assert not at.exception, at.exception
     assert list(at.select_slider(key="tstep").options) == ["8000", "8010", "8020"]
@@ -167,7 +153,7 @@ def test_a_warm_started_history_counts_lifetime_steps_and_the_entropy_title_fits
     assert f"{direction} from {y[0]:.2f} to {y[-1]:.2f} bits" in title or "stayed at about" in title
     assert "falls as the map focuses" not in title
     # the same history without a lineage: run steps, no parent
-    app_env(history_checkpoints)
+    serve(history_checkpoints)
     plain = run({"tstep": "10"}, tab="history")
     assert charts(plain)["history_map"]["layout"]["title"]["text"].endswith("step 10")
     assert not any("trained parent" in c.value for c in plain.caption)

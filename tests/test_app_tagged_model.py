@@ -23,15 +23,8 @@ def tagged_folder(tmp_path_factory, tiny_spm, tiny_checkpoints) -> Path:
 
 
 @pytest.fixture()
-def served(tagged_folder, monkeypatch):
-    import streamlit as st
-
-    monkeypatch.setenv("AIAYN_CHECKPOINTS", str(tagged_folder))
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield tagged_folder
-    st.cache_data.clear()
-    st.cache_resource.clear()
+def served(tagged_folder, serve):
+    return serve(tagged_folder)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: Path(p).stem)
