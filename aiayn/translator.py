@@ -132,10 +132,7 @@ class Translator:
                              f"{', '.join(cfg.language_tags)})")
         if cfg.target_language == tgt and own == direction:
             return self
-        view = copy.copy(self.model)  # shares the modules and weights; only the config (the start symbol) differs
-        view.cfg = cfg.replace(target_language=tgt)
-        return Translator(view, self.tokenizer, meta={**self.meta, "direction": direction, "src_lang": src,
-                                                      "tgt_lang": tgt}, path=self.path, projection=self.projection)
+        return self._view({"target_language": tgt}, direction=direction, src_lang=src, tgt_lang=tgt)
 
     def for_domain(self, domain: str | None) -> "Translator":
         """This Translator writing in ``domain``: a model trained with domain tags (``TransformerConfig.domain_tags``,
@@ -151,9 +148,14 @@ class Translator:
         if domain not in cfg.domain_tags:
             raise ValueError(f"{self.path or 'this model'} has no domain {domain!r} (its domains: "
                              f"{', '.join(cfg.domain_tags) if cfg.domain_tags else 'none, it was trained without domain tags'})")
-        view = copy.copy(self.model)  # shares the modules and weights; only the config (the start symbol) differs
-        view.cfg = cfg.replace(domain=domain)
-        return Translator(view, self.tokenizer, meta=dict(self.meta), path=self.path, projection=self.projection)
+        return self._view({"domain": domain})
+
+    def _view(self, start: dict[str, Any], **meta: Any) -> "Translator":
+        """A Translator sharing this one's modules and weights whose config differs in ``start`` only (the tag the
+        decoder starts with: ``target_language`` or ``domain``), its meta updated with ``meta``."""
+        view = copy.copy(self.model)
+        view.cfg = self.cfg.replace(**start)
+        return Translator(view, self.tokenizer, meta={**self.meta, **meta}, path=self.path, projection=self.projection)
 
     @property
     def cfg(self):

@@ -120,7 +120,7 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     tags = dict(language_tags=conf_b.language_tags, target_language=conf_b.target_language,
                 domain_tags=conf_b.domain_tags, domain=conf_b.domain)
     # B warm-started from A with tags added (--domain-tags, --bidirectional): A's tag rows are the start piece's, as
-    # the warm start made them (training.state.add_language_tag_rows), so w = 0 is A and w = 1 is B
+    # the warm start made them (training.state.add_tag_rows), so w = 0 is A and w = 1 is B
     tags_added = conf_a.n_embeddings == conf_a.vocab_size and conf_a.replace(**tags) == conf_b
     if conf_a != conf_b and not tags_added:
         diff = [f.name for f in dataclasses.fields(conf_a) if f.compare and getattr(conf_a, f.name) != getattr(conf_b, f.name)]
@@ -130,9 +130,9 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
         raise ValueError(f"{a_dir} and {b_dir} do not share one SentencePiece model ({SPM_FILE} differs)")
     a_state = model_a.state_dict()
     if tags_added:
-        from .state import add_language_tag_rows
+        from .state import add_tag_rows
 
-        a_state = add_language_tag_rows(a_state, model_b)
+        a_state = add_tag_rows(a_state, model_b)
     model_b.load_state_dict({k: (1.0 - weight) * a_state[k] + weight * v for k, v in model_b.state_dict().items()})
     meta_a = cfg_a.get("meta", {})
     meta = dict(cfg_b.get("meta", {}))

@@ -129,7 +129,7 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     2016; Kocmi and Bojar 2018, who also reverse the direction). Not part of the paper's recipe.
 
     A ``model`` with language tags (``--bidirectional``) or domain tags (``--domain-tags``) may start from a model
-    without: each tag's embedding row starts as a copy of the start piece's (:func:`add_language_tag_rows`), the
+    without: each tag's embedding row starts as a copy of the start piece's (:func:`add_tag_rows`), the
     position the tags take over.
 
     ``stack``: ``source`` may be shallower than ``model``: its layers are copied on top of themselves until they
@@ -161,7 +161,7 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
                 state = stack_layers(state, len(model.encoder_layers))
             except ValueError as exc:
                 raise WarmStartError(f"--init-from {src} --init-stack: {exc}") from None
-        state = add_language_tag_rows(state, model)
+        state = add_tag_rows(state, model)
         load_weights_into(model, state, weights_file, against="this run's model")
     except WarmStartError:
         raise
@@ -170,7 +170,7 @@ def init_weights_from(source: str | Path, model: Transformer, spm_model: str | P
     return weights_file
 
 
-def add_language_tag_rows(state: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
+def add_tag_rows(state: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
     """``state`` with the embedding rows of ``model``'s tags added where it has fewer (``(V, D)`` ->
     ``(V + n_tags, D)``): its language tags (a warm start of a bidirectional model from a directional one) or its
     domain tags (``--domain-tags``), each new row a copy of the start piece's row (``bos_id``), the position the
