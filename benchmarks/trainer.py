@@ -274,6 +274,40 @@ def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> di
                 flops_per_target_token=fpt, gflops=new * fpt / 1e9, peak_share=new * fpt / 1e9 / peak, rounds=rounds)
 
 
+def measure_allocator(spec: dict[str, Any], rounds: int, log=lambda m: None) -> dict[str, Any]:
+    """The default loop (:func:`measure_loop`) in worker processes on glibc's malloc and with tcmalloc preloaded
+    (:mod:`aiayn.training.allocator`, what ``aiayn train-on`` and ``train-both`` give their children), alternated
+    ``rounds`` times (glibc-tcmalloc, then tcmalloc-glibc, ...). Returns the per-run results and ``speedup`` (mean
+    tcmalloc over mean glibc tok/s).
+
+    Raises:
+        RuntimeError: a worker failed (its reason).
+    """
+    res: dict[str, list] = {"glibc": [], "tcmalloc": []}
+    for r in range(rounds):
+        for name in (("glibc", "tcmalloc") if r % 2 == 0 else ("tcmalloc", "glibc")):
+            log(f"[trainer] cpu loop on {name}, round {r + 1} of {rounds} (worker)")
+            out, why = _loop_in_worker(dict(spec, run_dir=f"{spec['run_dir']}-{name}{r}", threads=0), 900, name)
+            if out is None:
+                raise RuntimeError(f"{name}: {why}")
+            res[name].append(out)
+    mean = {k: float(np.mean([x["tokens_per_s"] for x in v])) for k, v in res.items()}
+    return dict(res, glibc_tokens_per_s=mean["glibc"], tcmalloc_tokens_per_s=mean["tcmalloc"],
+                speedup=mean["tcmalloc"] / mean["glibc"], rounds=rounds)
+
+
+def _allocator_row(res: dict[str, Any] | None, why: str = "") -> list:
+    from .report import Row, na
+
+    if res is None:
+        return [na("trainer.cpu.loop_tcmalloc_speedup", "trainer", "cpu", "training loop, tcmalloc over glibc", "x", why)]
+    per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
+    return [Row("trainer.cpu.loop_tcmalloc_speedup", "trainer", "cpu", "training loop, tcmalloc over glibc", res["speedup"],
+                "x", f"the default loop in worker processes, {res['rounds']} round(s) alternated; tok/s glibc {per('glibc')}, "
+                f"tcmalloc {per('tcmalloc')} (aiayn.training.allocator: what train-on and train-both children get)",
+                {"glibc": res["glibc"], "tcmalloc": res["tcmalloc"]})]
+
+
 def _speedup_rows(res: dict[str, Any]) -> list:
     from .report import Row
 
@@ -304,11 +338,13 @@ def _speedup_rows(res: dict[str, Any]) -> list:
     ]
 
 
-def _loop_in_worker(spec: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str]:
+def _loop_in_worker(spec: dict[str, Any], timeout: float, allocator: str = "glibc") -> tuple[dict[str, Any] | None, str]:
+    from aiayn.training.allocator import allocator_env
+
     cmd = [sys.executable, "-m", "benchmarks.trainer", json.dumps(spec)]
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=worker_env(int(spec.get("threads") or 1)), capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(cmd, cwd=REPO, env=allocator_env(worker_env(int(spec.get("threads") or 1)), allocator),
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
     if proc.returncode != 0:
@@ -382,6 +418,15 @@ def run(ctx) -> list:
                     rows += _speedup_rows(measure_speedup(spec, 1 if q else 2, log=ctx.log))
                 except Exception as exc:  # a failure must not lose the other rows
                     rows.append(na("trainer.cpu.loop", "trainer", "cpu", "training loop", "tok/s", f"{type(exc).__name__}: {exc}"))
+                from aiayn.training.allocator import find_tcmalloc
+
+                if find_tcmalloc() is None:
+                    rows += _allocator_row(None, "no tcmalloc on this machine (apt install libtcmalloc-minimal4)")
+                else:
+                    try:
+                        rows += _allocator_row(measure_allocator(spec, 1 if q else 2, log=ctx.log))
+                    except Exception as exc:
+                        rows += _allocator_row(None, f"{type(exc).__name__}: {exc}")
             else:
                 ctx.log("[trainer] cuda training loop, d_model 256, N 6")
                 spec = dict(data_dir=str(data_dir), run_dir=str(root / "run-cuda"), device="cuda", threads=threads,

@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .allocator import ALLOCATORS, allocator_env, describe
 from .finish import EXIT_INTERRUPTED, direction_summary, summary_table
 
 DIRECTIONS = ("en-de", "de-en")
@@ -339,10 +340,11 @@ def _now() -> str:
     return datetime.now().strftime("%H:%M:%S")
 
 
-def _child_env(device: str, threads: int) -> dict[str, str]:
+def _child_env(device: str, threads: int, allocator: str = "glibc") -> dict[str, str]:
     """The children's environment: the package importable, ``threads`` CPU threads, the chosen device only, tqdm
-    progress every 30 s, unbuffered output."""
-    env = dict(os.environ)
+    progress every 30 s, unbuffered output, the memory allocator :func:`~aiayn.training.allocator.allocator_env`
+    gives for ``allocator`` (ValueError: ``tcmalloc`` asked for and not installed)."""
+    env = allocator_env(os.environ, allocator)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", TQDM_MININTERVAL="30")
@@ -397,6 +399,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="minutes of --max-minutes kept for start-up, evaluation, cards and sweeps (default: the recipe's)")
     ap.add_argument("--device", default="auto", help="auto (default: cuda when visible), cpu, cuda or cuda:N")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads per child (default: the cores shared between the children)")
+    ap.add_argument("--allocator", default="auto", choices=ALLOCATORS,
+                    help="memory allocator of the children: auto (tcmalloc when installed, else glibc; about 1.1x the "
+                         "tokens a second on a CPU), tcmalloc, glibc (aiayn.training.allocator)")
     ap.add_argument("--hardware", default=None, help="the model cards' hardware line (default: detected)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the head-ablation sweep (aiayn sweep)")
     ap.add_argument("--directions", nargs="+", default=list(DIRECTIONS), choices=DIRECTIONS, help="default both")
@@ -460,11 +465,15 @@ def _plan(args) -> dict[str, Any]:
         raise BadInput(f"--threads must be >= 1, got {threads}")
     out = Path(args.out).expanduser()
     init_from = _warm_starts(args.init_from, data, directions)
+    try:
+        allocator_env({}, args.allocator)  # `tcmalloc` without the library is refused before any child starts
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     if recipe["train"].get("init_stack") and not init_from:
         raise BadInput(f"the recipe {args.recipe!r} grows a trained model by stacking its layers: give --init-from DIR "
                        "(e.g. checkpoints)")
     return {"init_from": init_from, "recipe_name": args.recipe, "recipe": recipe, "data": data.resolve(), "out": out.resolve(), "device": device,
-            "threads": threads, "reserve": reserve, "train_minutes": train_minutes, "max_minutes": args.max_minutes,
+            "threads": threads, "allocator": args.allocator, "reserve": reserve, "train_minutes": train_minutes, "max_minutes": args.max_minutes,
             "hardware": args.hardware or hardware_text(device, threads, len(directions)), "sweep": not args.no_sweep,
             "directions": directions}
 
@@ -520,7 +529,7 @@ def train_command(d: str, plan: dict[str, Any]) -> list[str]:
 def _direction_job(d: str, plan: dict[str, Any], kids: _Children, results: dict[str, dict[str, Any]], deadline: float) -> None:
     out, r = plan["out"], plan["recipe"]
     log = out / "logs" / f"{d}.log"
-    env = _child_env(plan["device"], plan["threads"])
+    env = _child_env(plan["device"], plan["threads"], plan.get("allocator", "glibc"))
     run = out / "runs" / d
     cmd = train_command(d, plan)
     stages = results[d]["stages"]
@@ -647,7 +656,8 @@ def cli_main(argv: list[str]) -> int:
     results: dict[str, dict[str, Any]] = {d: {"stages": {}} for d in plan["directions"]}
     print(f"aiayn train-both: recipe {plan['recipe_name']}, device {plan['device']}, {plan['threads']} CPU thread(s) per child, "
           + (f"budget {plan['max_minutes']:g} min (training {plan['train_minutes']:g} min)" if plan["max_minutes"] else "no time budget")
-          + f"; logs in {out / 'logs'}", flush=True)
+          + f"; children on {describe(_child_env(plan['device'], plan['threads'], plan['allocator']))}; logs in {out / 'logs'}",
+          flush=True)
     _run_directions(plan, kids, results, deadline)
     return _finish(plan, results, started, kids.stop.is_set())
 
