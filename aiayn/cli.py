@@ -12,6 +12,7 @@ import sys
 #: sub-command -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("aiayn.data.prepare", "cli_main", "obtain and prepare parallel data (Ding, Debian packages, TSV, Moses) and the SentencePiece model"),
+    "backtranslate": ("aiayn.data.backtranslate", "cli_main", "back-translate monolingual German (fortunes-de; de-en model, pairs for en-de) or English (fortunes; en-de model, pairs for de-en) and add the pairs to a copy of a data folder (Sennrich et al. 2016)"),
     "train": ("aiayn.training.cli", "cli_main", "train a Transformer with the paper's recipe (Section 5); torchrun for DDP"),
     "train-both": ("aiayn.training.both", "cli_main", "train en-de and de-en side by side in a time budget, then average, evaluate, card (one GPU session)"),
     "train-on": ("aiayn.training.continuous", "cli_main", "go on training a shipped model until a deadline, then average, evaluate on the test split and dev sets, judge"),

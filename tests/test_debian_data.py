@@ -235,6 +235,23 @@ def test_licence_of_machine_readable_and_free_form():
     assert deb.licence_of("License: GNU GPL; some portions public domain.") == "GPL (version not stated)"
 
 
+def test_licence_of_a_bsd_licence_quoted_without_its_name():
+    # the fortunes and fortunes-min packages (1:1.99.1-7.3): the UC Berkeley licence, its advertising clause deleted
+    bsd = ("This program falls under the BSD copyright:\n\nCopyright (c) 1991 The Regents of the University of "
+           "California.\nAll rights reserved.\n\nRedistribution and use in source and binary forms, with or without\n"
+           "modification, are permitted provided that the following conditions\nare met:\n\n1. Redistributions of "
+           "source code must retain the above copyright\n   notice, this list of conditions and the following "
+           "disclaimer.\n2. Redistributions in binary form must reproduce ...\n3. [ Deleted.  see :-\n\t"
+           "ftp://ftp.cs.berkeley.edu/pub/4bsd/README.Impt.License.Change\n   ]\n4. Neither the name of the "
+           "University nor the names of its contributors\n   may be used to endorse or promote products derived "
+           "from this software\n   without specific prior written permission.\n")
+    assert deb.licence_of(bsd) == "BSD-3-clause"
+    assert deb.licence_of(bsd.replace("3. [ Deleted.", "3. All advertising materials mentioning features")) == \
+        "BSD-4-clause"
+    assert deb.licence_of(bsd.split("4. Neither")[0]) == "BSD-2-clause"
+    assert deb.licence_of(bsd + "\nSome files are under the GPL-3\n") == "GPL-3"  # a named licence wins, as before
+
+
 def _build_deb(root: Path, out_dir: Path, package: str, version: str, files: dict[str, bytes],
                source: str | None = None) -> Path:
     d = root / package

@@ -202,8 +202,10 @@ def read_deb(deb: str | os.PathLike, story_formats: tuple[str, ...] = ()) -> dic
 
 def licence_of(copyright_text: str) -> str:
     """The licence of a Debian ``copyright`` file: the ``License:`` of its ``Files: *`` stanza (machine-readable
-    format), else the licence names it mentions, else ``"see copyright file"`` (or, for a package without its own
-    copyright file, e.g. one whose doc folder is a symlink, ``"see source package copyright"``)."""
+    format), else the licence names it mentions, else the BSD licence when its text is quoted without a name
+    (``BSD-2-clause``, ``BSD-3-clause`` or ``BSD-4-clause`` by the clauses it has, as in the ``fortunes`` packages),
+    else ``"see copyright file"`` (or, for a package without its own copyright file, e.g. one whose doc folder is a
+    symlink, ``"see source package copyright"``)."""
     if not copyright_text.strip():
         return "see source package copyright"
     for stanza in re.split(r"\n\s*\n", copyright_text):
@@ -222,6 +224,12 @@ def licence_of(copyright_text: str) -> str:
         names.append("GFDL-" + m.group(1))
     if not names and re.search(r"GNU GPL|GNU General Public License", text, re.I):
         names.append("GPL (version not stated)")
+    if not names and "Redistribution and use in source and binary forms" in text and \
+            "Redistributions of source code must retain" in text:
+        # the BSD licence quoted in full without its name (fortunes: "This program falls under the BSD copyright"),
+        # told apart by its clauses: the advertising clause (4-clause), the no-endorsement clause (3-clause)
+        names.append("BSD-4-clause" if "All advertising materials mentioning" in text else
+                     "BSD-3-clause" if "to endorse or promote products" in text else "BSD-2-clause")
     return ", ".join(dict.fromkeys(names)) or "see copyright file"
 
 
