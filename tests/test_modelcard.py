@@ -167,6 +167,32 @@ def test_card_of_a_model_trained_on_ding_and_debian_names_every_licence(tiny_che
     assert "no news, web or dialogue text" in ding_only_card.split("## Limitations")[1]
 
 
+
+def test_card_names_back_translated_corpora_with_their_licences(tiny_checkpoints):
+    """Issue 21: the back-translated sentences of `aiayn backtranslate` (the datasheet's `backtranslation` record,
+    earlier ones under `previous`) are a corpus of their own on the card, with package, version, sha256, licence,
+    the model that translated them and the kind; a folder without them gets no such line."""
+    de = {"language": "de", "source": {"package": "fortunes-de", "version": "0.35-1", "sha256": "cd" * 32,
+                                       "licence": "GPL-2+"},
+          "checkpoint": "checkpoints/de-en", "beam_size": 4, "kind": "backtranslated", "pairs_added": 18875,
+          "train_rows_before": 586324, "train_rows_after": 605199}
+    en = {"language": "en", "source": [{"package": "fortunes", "version": "1:1.99.1-7.3", "sha256": "ef" * 32,
+                                        "licence": "BSD-3-clause"}, {"file": "mine.txt", "sha256": "01" * 32}],
+          "checkpoint": "checkpoints/en-de", "beam_size": 4, "kind": "backtranslated-en", "pairs_added": 10780,
+          "train_rows_before": 605199, "train_rows_after": 615979, "previous": de}
+    sheet = {"debian_sources": [{"package": "inkscape", "version": "1.2", "licence": "MPL-2.0", "pairs_in_train": 5}],
+             "backtranslation": en}
+    text = render_card(tiny_checkpoints / "en-de", None, sheet, [], "cpu")
+    third, fourth = (next(ln for ln in text.splitlines() if ln.startswith(f"- Corpus {n} ")) for n in (3, 4))
+    assert "18,875 real German sentences of Debian `fortunes-de` 0.35-1" in third and "**GPL-2+**" in third
+    assert "`checkpoints/de-en` (beam 4)" in third and "kind `backtranslated`" in third and "586,324 -> 605,199" in third
+    assert "10,780 real English" in fourth and "**BSD-3-clause**" in fourth and "`mine.txt`" in fourth
+    assert "`checkpoints/en-de`" in fourth and "kind `backtranslated-en`" in fourth
+    assert "back-translated sentences" in text.split("## Limitations")[1]
+    del sheet["backtranslation"]
+    assert "back-translation" not in render_card(tiny_checkpoints / "en-de", None, sheet, [], "cpu")
+
+
 def _with_lineage(tiny_checkpoints, tmp_path):
     import shutil
 

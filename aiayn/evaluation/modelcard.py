@@ -112,6 +112,31 @@ def debian_data_lines(sheet: dict[str, Any], top: int = 12) -> list[str]:
     return lines
 
 
+def backtranslation_lines(sheet: dict[str, Any]) -> list[str]:
+    """Card lines for the back-translated pairs of a data folder (``aiayn backtranslate``: the datasheet's
+    ``backtranslation`` record, and the earlier records it keeps under ``previous``), one corpus line each, newest
+    last: the language and count of the real sentences, their packages with version, sha256 and licence (or the
+    file), the model that translated them and the kind. ``[]`` for a folder without back-translation."""
+    records, rec = [], sheet.get("backtranslation")
+    while isinstance(rec, dict):
+        records.append(rec)
+        rec = rec.get("previous")
+    lines = []
+    for n, r in enumerate(reversed(records), start=3):
+        src = r.get("source") or {}
+        srcs = src if isinstance(src, list) else [src]
+        what = ", ".join(f"Debian `{x['package']}` {x.get('version', '')} (sha256 `{x.get('sha256', 'n/a')}`, "
+                         f"**{x.get('licence', 'see copyright file')}**)" if "package" in x else
+                         f"`{x.get('file', '?')}` (sha256 `{x.get('sha256', 'n/a')}`)" for x in srcs)
+        language = {"de": "German", "en": "English"}.get(r.get("language", "de"), r.get("language", "German"))
+        lines.append(f"- Corpus {n} (back-translation, Sennrich et al. 2016): {r.get('pairs_added', 0):,} real {language} "
+                     f"sentences of {what}, translated by `{r.get('checkpoint', '?')}` (beam {r.get('beam_size', '?')}) "
+                     f"into synthetic sources, added as kind `{r.get('kind', '?')}` (train "
+                     f"{r.get('train_rows_before', 0):,} -> {r.get('train_rows_after', 0):,} pairs; the split table below "
+                     "counts the folder before them).")
+    return lines
+
+
 def _short_path(path: str) -> str:
     """The last two components of a path (``runs/en-de``): enough to name a run without the user's home."""
     parts = Path(path).parts
@@ -179,6 +204,7 @@ def _data_section(datasheet: dict[str, Any] | None) -> list[str]:
     lines = ["## Data and license", ""]
     if (datasheet or {}).get("debian_sources"):
         lines += debian_data_lines(datasheet)
+    lines += backtranslation_lines(datasheet or {})
     src_info = (datasheet or {}).get("source", {}) if not (datasheet or {}).get("debian_sources") else None
     if src_info is not None:
         lines += [f"- Corpus: {src_info.get('name', 'Ding German-English dictionary (trans-de-en)')}, version {src_info.get('version', '1.9-6')}, "
@@ -299,8 +325,10 @@ def limitations_lines(datasheet: dict[str, Any] | None) -> list[str]:
     kinds = ((datasheet or {}).get("kinds") or {}).get("train_pairs") or {}
     if (datasheet or {}).get("debian_sources"):
         share = ", ".join(f"{k} {v / max(sum(kinds.values()), 1):.0%}" for k, v in kinds.items())
+        bt = ", and back-translated sentences (their sources machine translations; Corpus 3 above)" \
+            if (datasheet or {}).get("backtranslation") else ""
         domain = ("- Domain: Ding's dictionary entries and example sentences plus the translations of Debian packages "
-                  "(software messages, documentation, the story text of games)"
+                  f"(software messages, documentation, the story text of games){bt}"
                   + (f"; training pairs by kind: {share}" if share else "")
                   + ". No news or web text, and few everyday sentences: everyday speech is where it errs most.")
     else:
