@@ -49,25 +49,26 @@ def test_a_child_started_with_the_environment_runs_on_tcmalloc():
     assert (on.strip(), off.strip()) == ("True", "False")
 
 
-def test_train_on_refuses_a_missing_tcmalloc_before_anything_starts(monkeypatch, tmp_path, capsys):
+def _train_on(monkeypatch, tmp_path, found: str | None, *extra: str) -> int:
+    """``aiayn train-on`` with the library lookup answering ``found`` and the planning stubbed out (a shipped folder
+    with an empty meta; the training child is whatever the test puts in ``continuous._run_child``)."""
     (tmp_path / "config.json").write_text('{"meta": {}}')
-    monkeypatch.setattr(allocator, "find_tcmalloc", lambda: None)
+    monkeypatch.setattr(allocator, "find_tcmalloc", lambda: found)
     monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
     monkeypatch.setattr(continuous, "train_command", lambda *a: {"cmd": ["true"], "resume": False, "run": tmp_path / "r",
                                                                   "recipe": "cpu", "data": tmp_path, "before": {}})
+    return continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--shipped", str(tmp_path), "--out",
+                                str(tmp_path / "out"), "--no-nice", *extra])
+
+
+def test_train_on_refuses_a_missing_tcmalloc_before_anything_starts(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(continuous, "_run_child", lambda *a, **k: pytest.fail("training started"))
-    code = continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--shipped", str(tmp_path), "--out",
-                                str(tmp_path / "out"), "--no-nice", "--allocator", "tcmalloc"])
+    code = _train_on(monkeypatch, tmp_path, None, "--allocator", "tcmalloc")
     assert code == continuous.EXIT_BAD_INPUT and "libtcmalloc-minimal4" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_train_on_gives_the_child_the_allocators_environment(monkeypatch, tmp_path, capsys):
-    (tmp_path / "config.json").write_text('{"meta": {}}')
-    monkeypatch.setattr(allocator, "find_tcmalloc", lambda: FAKE)
-    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
-    monkeypatch.setattr(continuous, "train_command", lambda *a: {"cmd": ["true"], "resume": False, "run": tmp_path / "r",
-                                                                  "recipe": "cpu", "data": tmp_path, "before": {}})
     seen = {}
 
     def child(cmd, timeout_s, env=None):
@@ -75,12 +76,10 @@ def test_train_on_gives_the_child_the_allocators_environment(monkeypatch, tmp_pa
         return 1
     monkeypatch.setattr(continuous, "_run_child", child)
     monkeypatch.setattr(continuous, "_last_state", lambda run: None)  # training "left no state": stop after the child
-    continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--shipped", str(tmp_path), "--out",
-                         str(tmp_path / "out"), "--no-nice"])
+    _train_on(monkeypatch, tmp_path, FAKE)
     assert seen["env"]["LD_PRELOAD"].split(os.pathsep)[0] == FAKE
     assert f"on tcmalloc ({FAKE})" in capsys.readouterr().out
-    continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--shipped", str(tmp_path), "--out",
-                         str(tmp_path / "out"), "--no-nice", "--allocator", "glibc"])
+    _train_on(monkeypatch, tmp_path, FAKE, "--allocator", "glibc")
     assert FAKE not in seen["env"].get("LD_PRELOAD", "")
 
 
