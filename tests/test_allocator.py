@@ -1,6 +1,7 @@
 """The training children's memory allocator (aiayn/training/allocator.py): tcmalloc preloaded where installed."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,3 +91,24 @@ def test_train_both_children_get_the_allocator_and_a_missing_one_is_refused(monk
     monkeypatch.setattr(allocator, "find_tcmalloc", lambda: None)
     with pytest.raises(ValueError):
         both._child_env("cpu", 1, "tcmalloc")
+
+
+@pytest.mark.skipif(find_tcmalloc() is None, reason="no tcmalloc on this machine (apt install libtcmalloc-minimal4)")
+def test_training_on_tcmalloc_is_bit_identical_to_glibc(tiny_data, tmp_path):
+    """The module's promise that lets a resumed run switch allocators: the same steps give the same losses, to the
+    last bit, on either allocator (a kernel that read uninitialised memory, or chose its path by a block's address,
+    would break it)."""
+    code = ("import json, sys; from aiayn.training.loop import train; from aiayn.training.recipe import TrainConfig; "
+            "d, run = sys.argv[1:]; "
+            "train(TrainConfig(data_dir=d, run_dir=run, direction='en-de', preset='tiny', max_tokens=512, accumulation=1, "
+            "warmup_steps=20, max_steps=6, valid_every=1000, valid_bleu_sentences=0, save_every=1000, keep=1, threads=1, "
+            "seed=7, record_attention=False), log=lambda m: None); "
+            "print(json.dumps([json.loads(x)['train_loss'] for x in open(run + '/metrics.jsonl')]))")
+    losses = {}
+    for name in ("glibc", "tcmalloc"):
+        env = allocator_env(dict(os.environ, OMP_NUM_THREADS="1"), name)
+        proc = subprocess.run([sys.executable, "-c", code, str(tiny_data), str(tmp_path / name)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        losses[name] = proc.stdout.strip().splitlines()[-1]
+    assert losses["glibc"] == losses["tcmalloc"] and len(json.loads(losses["glibc"])) >= 1

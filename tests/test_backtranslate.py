@@ -553,7 +553,7 @@ def test_backtranslate_with_a_tiny_model_keeps_the_order(tiny_checkpoints, tmp_p
     assert bt.backtranslate(tr, sentences, beam_size=2, batch_size=1) == one_by_one
     both = Translator.load(make_tiny_checkpoint(tmp_path / "both", tiny_spm, "en-de", seed=3,
                                                 language_tags=["de", "en"], target_language="de"), device="cpu")
-    view = bt.german_to_english(both)
+    view = bt.translator_for(both, "de-en")
     assert view.meta["direction"] == "de-en" and view.cfg.target_language == "en"
     assert len(bt.backtranslate(both, sentences[:2], beam_size=1)) == 2
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # the translator (and torch) are imported only when a transla
     from ..translator import Translator
 
 __all__ = ["KIND", "KINDS", "LANGUAGE_NAMES", "BACKWARD_DIRECTION", "HELD_OUT_SPLITS", "TRAINING_COMMAND",
-           "held_out_keys", "train_keys", "drop_held_out", "translator_for", "german_to_english", "backtranslate",
+           "held_out_keys", "train_keys", "drop_held_out", "translator_for", "backtranslate",
            "write_backtranslated_folder", "cli_main"]
 
 #: the kind of the added pairs in ``train_kinds.txt`` (``--kind``), per language of the monolingual text
@@ -169,11 +169,6 @@ def translator_for(translator: "Translator", direction: str) -> "Translator":
     raise ValueError(f"back-translation of {LANGUAGE_NAMES[src]} text needs {a} {LANGUAGE_NAMES[src]}-to-"
                      f"{LANGUAGE_NAMES[tgt]} ({direction}) model; {where} translates "
                      f"{own if own else 'an unnamed direction (its meta names none)'}")
-
-
-def german_to_english(translator: "Translator") -> "Translator":
-    """:func:`translator_for` ``(translator, "de-en")``."""
-    return translator_for(translator, "de-en")
 
 
 def backtranslate(translator: "Translator", sentences: Sequence[str], *, direction: str = "de-en", beam_size: int = 4,

@@ -17,6 +17,7 @@ installed: on a machine without tcmalloc (``apt install libtcmalloc-minimal4``) 
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import os
 from typing import Callable, Mapping
 
@@ -28,9 +29,11 @@ ALLOCATORS = ("auto", "tcmalloc", "glibc")
 TCMALLOC_NAMES = ("tcmalloc_minimal", "tcmalloc")
 
 
+@functools.lru_cache(maxsize=1)
 def find_tcmalloc() -> str | None:
     """The name of an installed tcmalloc the dynamic linker can preload (e.g. ``libtcmalloc_minimal.so.4``, found
-    through ``ldconfig``'s cache by :func:`ctypes.util.find_library`), or None."""
+    through ``ldconfig``'s cache by :func:`ctypes.util.find_library`, which runs ``ldconfig -p``: looked up once
+    per process), or None."""
     for name in TCMALLOC_NAMES:
         found = ctypes.util.find_library(name)
         if found:

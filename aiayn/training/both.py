@@ -340,7 +340,7 @@ def _now() -> str:
     return datetime.now().strftime("%H:%M:%S")
 
 
-def _child_env(device: str, threads: int, allocator: str = "glibc") -> dict[str, str]:
+def _child_env(device: str, threads: int, allocator: str) -> dict[str, str]:
     """The children's environment: the package importable, ``threads`` CPU threads, the chosen device only, tqdm
     progress every 30 s, unbuffered output, the memory allocator :func:`~aiayn.training.allocator.allocator_env`
     gives for ``allocator`` (ValueError: ``tcmalloc`` asked for and not installed)."""
@@ -529,7 +529,7 @@ def train_command(d: str, plan: dict[str, Any]) -> list[str]:
 def _direction_job(d: str, plan: dict[str, Any], kids: _Children, results: dict[str, dict[str, Any]], deadline: float) -> None:
     out, r = plan["out"], plan["recipe"]
     log = out / "logs" / f"{d}.log"
-    env = _child_env(plan["device"], plan["threads"], plan.get("allocator", "glibc"))
+    env = _child_env(plan["device"], plan["threads"], plan["allocator"])
     run = out / "runs" / d
     cmd = train_command(d, plan)
     stages = results[d]["stages"]
