@@ -676,6 +676,49 @@ def test_cli_english_reads_both_packages(prepared, tiny_checkpoints, english_deb
     assert [s["package"] for s in rec["source"]] == ["fortunes-min", "fortunes"] and rec["sentences_read"] == 16
 
 
+def test_tag_synthetic_marks_only_the_synthetic_side():
+    pairs = [("Das ist gut.", "That is good."), ("Wer weiß?", "Who knows?")]
+    assert bt.tag_synthetic(pairs, "<bt>", language="en") == [("<bt> Das ist gut.", "That is good."),
+                                                             ("<bt> Wer weiß?", "Who knows?")]
+    assert bt.tag_synthetic(pairs, "@BT", language="de") == [("Das ist gut.", "@BT That is good."),
+                                                            ("Wer weiß?", "@BT Who knows?")]
+    for bad in ("", "<b t>", "a\tb", "x" * 17, "\x00"):
+        with pytest.raises(ValueError, match="--tag must be one word"):
+            bt.tag_synthetic(pairs, bad, language="en")
+    with pytest.raises(ValueError):
+        bt.tag_synthetic(pairs, "<bt>", language="fr")
+
+
+def test_cli_tagged_backtranslation(prepared, tiny_checkpoints, tmp_path, capsys):
+    """--tag: the synthetic German of English text begins with the tag, the real English does not; the datasheet,
+    its section and the model card's corpus line say so."""
+    from aiayn.evaluation.modelcard import backtranslation_lines
+    from aiayn.translator import Translator
+
+    mono_file = tmp_path / "mono.en"
+    real = [EXPECTED_EN[0], EXPECTED_EN[6]]
+    mono_file.write_text("\n".join(real) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    code = bt.cli_main(["--data", str(prepared), "--out", str(out), "--checkpoint", str(tiny_checkpoints / "en-de"),
+                        "--language", "en", "--mono", str(mono_file), "--beam", "1", "--tag", "<bt>"])
+    assert code == 0, capsys.readouterr().err
+    added = read_tsv(out / "train.tsv")[len(read_tsv(prepared / "train.tsv")):]
+    en_de = Translator.load(tiny_checkpoints / "en-de", device="cpu")
+    synthetic = bt.backtranslate(en_de, real, direction="en-de", beam_size=1)
+    assert [(p.de, p.en) for p in added] == [(f"<bt> {s}", r) for s, r in zip(synthetic, real) if s]
+    sheet = json.loads((out / "datasheet.json").read_text(encoding="utf-8"))
+    assert sheet["backtranslation"]["tag"] == "<bt>"
+    assert "Each synthetic source begins with the tag `<bt>`" in (out / "DATASHEET.md").read_text(encoding="utf-8")
+    assert "each tagged `<bt>` (tagged back-translation, Caswell et al. 2019)" in backtranslation_lines(sheet)[0]
+    # without --tag nothing is tagged and the card says nothing of tags
+    out2 = tmp_path / "out2"
+    assert bt.cli_main(["--data", str(prepared), "--out", str(out2), "--checkpoint", str(tiny_checkpoints / "en-de"),
+                        "--language", "en", "--mono", str(mono_file), "--beam", "1"]) == 0
+    sheet2 = json.loads((out2 / "datasheet.json").read_text(encoding="utf-8"))
+    assert sheet2["backtranslation"]["tag"] is None and "tagged" not in backtranslation_lines(sheet2)[0]
+    assert not any(p.de.startswith("<bt>") for p in read_tsv(out2 / "train.tsv"))
+
+
 @pytest.mark.parametrize("language, checkpoint, message", [
     ("en", "de-en", "back-translation of English text needs an English-to-German (en-de) model; "),
     ("de", "en-de", "back-translation of German text needs a German-to-English (de-en) model; "),
@@ -700,6 +743,7 @@ def test_cli_refuses_a_model_of_the_wrong_direction(language, checkpoint, messag
     ("no sentence", "no line of"),
     ("no .deb", "not in"),
     ("kind taken", "already"),
+    ("bad tag", "--tag must be one word"),
 ])
 def test_cli_refuses_bad_input(case, message, prepared, tiny_checkpoints, tmp_path, capsys):
     data, out, ckpt = prepared, tmp_path / "out", tiny_checkpoints / "de-en"
@@ -722,6 +766,8 @@ def test_cli_refuses_bad_input(case, message, prepared, tiny_checkpoints, tmp_pa
         extra = ["--deb-dir", str(tmp_path / "debs"), "--no-download"]
     elif case == "kind taken":
         extra += ["--kind", "ding"]
+    elif case == "bad tag":
+        extra += ["--tag", "<b t>"]
     code = bt.cli_main(["--data", str(data), "--out", str(out), "--checkpoint", str(ckpt), *extra])
     err = capsys.readouterr().err
     assert code == 2 and message in err

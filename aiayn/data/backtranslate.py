@@ -15,6 +15,11 @@ sentences. Both directions (``--language``):
 The pairs are added as ``(de, en)`` rows to a copy of a prepared data folder (``aiayn data debian``) as a kind of
 their own (``train_kinds.txt``), so that ``aiayn train --direction ... --kind-weights ...,KIND=W`` weighs them.
 
+``--tag TEXT`` makes it tagged back-translation (Caswell, Chelba and Grangier 2019, "Tagged Back-Translation", WMT):
+every synthetic source begins with ``TEXT`` and a space (e.g. ``<bt>``), so that the model can tell a machine-made
+source from a real one and learns the target side without imitating the back-translating model's errors. Real
+inputs never carry the tag: nothing changes at translation time.
+
 No held-out sentence reaches train: sentences whose normalised form (:func:`~aiayn.data.splits.normalize`) is a side
 in their language of the development sets (``assets/devsets/*.tsv``) or of the folder's ``valid.tsv``, ``test.tsv``,
 ``test_general.tsv`` or ``test_domain.tsv``, or contains one of 4+ words, are dropped (the rule of
@@ -25,7 +30,7 @@ Command line::
 
     aiayn backtranslate --data DIR --out DIR --checkpoint checkpoints/de-en [--language de|en]
         [--mono FILE | --package NAME [--package NAME ...]] [--deb-dir DIR] [--no-download] [--beam 4]
-        [--batch-size 64] [--limit N] [--kind NAME] [--force] [--threads N]
+        [--batch-size 64] [--limit N] [--kind NAME] [--tag TEXT] [--force] [--threads N]
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ if TYPE_CHECKING:  # the translator (and torch) are imported only when a transla
 
 __all__ = ["KIND", "KINDS", "LANGUAGE_NAMES", "BACKWARD_DIRECTION", "HELD_OUT_SPLITS", "TRAINING_COMMAND",
            "held_out_keys", "train_keys", "drop_held_out", "translator_for", "backtranslate",
-           "write_backtranslated_folder", "cli_main"]
+           "write_backtranslated_folder", "tag_synthetic", "cli_main"]
 
 #: the kind of the added pairs in ``train_kinds.txt`` (``--kind``), per language of the monolingual text
 KINDS = {"de": "backtranslated", "en": "backtranslated-en"}
@@ -66,6 +71,34 @@ HELD_OUT_SPLITS = ("valid.tsv", "test.tsv", "test_general.tsv", "test_domain.tsv
 TRAINING_COMMAND = ("aiayn train --data {out} --kind-weights "
                     "ding=1,ui=0.5,documentation=1,narrative=2,everyday=6,{kind}=3 --direction {direction} ...")
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def check_tag(tag: str) -> str:
+    """``tag`` if it can mark synthetic sources (``--tag``): one word of printable characters without whitespace,
+    at most 16 characters.
+
+    Raises:
+        ValueError: an empty tag, whitespace or a control character in it, or more than 16 characters.
+    """
+    if not tag or len(tag) > 16 or any(c.isspace() or not c.isprintable() for c in tag):
+        raise ValueError(f"--tag must be one word of 1-16 printable characters without spaces (e.g. <bt>), got {tag!r}")
+    return tag
+
+
+def tag_synthetic(pairs: Sequence[tuple[str, str]], tag: str, *, language: str) -> list[tuple[str, str]]:
+    """Tagged back-translation (Caswell, Chelba and Grangier 2019): ``pairs`` (``(de, en)`` rows) with their
+    synthetic side prefixed by ``tag`` and a space: the English side for pairs made from German text (``language``
+    ``"de"``, for en-de), the German side for pairs made from English text (``"en"``, for de-en). The real side is
+    unchanged.
+
+    Raises:
+        ValueError: a bad tag (:func:`check_tag`) or language.
+    """
+    _check_language(language)
+    check_tag(tag)
+    if language == "de":
+        return [(de, f"{tag} {en}") for de, en in pairs]
+    return [(f"{tag} {de}", en) for de, en in pairs]
 
 
 def _check_language(language: str) -> str:
@@ -335,7 +368,8 @@ def _datasheet_section(record: dict, digests: dict[str, str]) -> str:
              f"{LANGUAGE_NAMES[other]} by `{record.get('checkpoint', '?')}` ({direction}, model.safetensors sha256 "
              f"`{record.get('model_sha256', '?')}`, beam {record.get('beam_size', '?')}), for training "
              f"{record.get('training_direction', direction[3:] + '-' + direction[:2])}; Sennrich, Haddow and Birch "
-             "2016.",
+             "2016." + (f" Each synthetic source begins with the tag `{record['tag']}` (tagged back-translation, "
+                        "Caswell et al. 2019)." if record.get("tag") else ""),
              "",
              f"- sentences read: {record.get('sentences_read', 0):,}; dropped as held out or in train: "
              f"{dropped.get('total', 0):,} ({', '.join(f'{k} {v:,}' for k, v in dropped.items() if k != 'total')}); "
@@ -375,6 +409,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--kind", default=None,
                     help=f"the kind of the added pairs in train_kinds.txt (default {KINDS['de']} for de, "
                          f"{KINDS['en']} for en)")
+    ap.add_argument("--tag", default=None, metavar="TEXT",
+                    help="tagged back-translation (Caswell et al. 2019): begin every synthetic source with TEXT and a "
+                         "space, e.g. '<bt>', so the model can tell machine-made sources from real ones (real inputs "
+                         "never carry it)")
     ap.add_argument("--force", action="store_true", help="replace an existing --out folder")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     return ap
@@ -430,6 +468,11 @@ def _refusal(args) -> str | None:
         return "--beam, --batch-size, --limit and --threads must be >= 1"
     if not _KIND_NAME.fullmatch(args.kind) or args.kind in ("none", "default"):
         return f"--kind must be a simple name (letters, digits, _ or -), got {args.kind!r}"
+    if args.tag is not None:
+        try:
+            check_tag(args.tag)
+        except ValueError as exc:
+            return str(exc)
     data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
     if not data.is_dir():
         return f"no data folder at {data}"
@@ -504,6 +547,8 @@ def cli_main(argv: list[str]) -> int:
     # rows are (de, en): real German and synthetic English, or synthetic German and real English
     pairs = [(real, synthetic) if language == "de" else (synthetic, real)
              for real, synthetic in zip(chosen, translations) if synthetic]
+    if args.tag is not None:
+        pairs = tag_synthetic(pairs, args.tag, language=language)
     a_model = "an en-de" if direction == "en-de" else "a de-en"
     record = {
         "method": f"back-translation (Sennrich, Haddow and Birch 2016): real {LANGUAGE_NAMES[language]} sentences as "
@@ -517,6 +562,7 @@ def cli_main(argv: list[str]) -> int:
                                                        ("held_out", "held_out_substring", "in_train")}},
         "kept": len(kept), "limit": args.limit, "translated": len(chosen),
         "empty_translations_dropped": len(chosen) - len(pairs),
+        "tag": args.tag,
     }
     try:
         write_backtranslated_folder(data, out, pairs, kind=args.kind, record=record, force=args.force)

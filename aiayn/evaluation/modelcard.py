@@ -131,7 +131,9 @@ def backtranslation_lines(sheet: dict[str, Any]) -> list[str]:
         language = {"de": "German", "en": "English"}.get(r.get("language", "de"), r.get("language", "German"))
         lines.append(f"- Corpus {n} (back-translation, Sennrich et al. 2016): {r.get('pairs_added', 0):,} real {language} "
                      f"sentences of {what}, translated by `{r.get('checkpoint', '?')}` (beam {r.get('beam_size', '?')}) "
-                     f"into synthetic sources, added as kind `{r.get('kind', '?')}` (train "
+                     "into synthetic sources"
+                     + (f" each tagged `{r['tag']}` (tagged back-translation, Caswell et al. 2019)" if r.get("tag") else "")
+                     + f", added as kind `{r.get('kind', '?')}` (train "
                      f"{r.get('train_rows_before', 0):,} -> {r.get('train_rows_after', 0):,} pairs; the split table below "
                      "counts the folder before them).")
     return lines
