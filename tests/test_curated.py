@@ -15,10 +15,10 @@ from aiayn.examples import ALSO_CORRECT, EXAMPLES, demo_sentences
 from aiayn.translator import CHECKPOINTS_DIR
 
 DIRECTIONS = ("en-de", "de-en")
-#: (direction, source) -> what the shipped model writes instead (en-de shipped in session 22, lifetime 45,535 steps; de-en of
+#: (direction, source) -> what the shipped model writes instead (en-de of session 22, lifetime 46,735 steps; de-en of
 #: session 14, 41,929 steps)
 STILL_WRONG = {
-    ("en-de", "The cat sat on the mat."): "Die Katze setzte sich auf den Mathe.",
+    ("en-de", "The cat sat on the mat."): "Die Katze setzte auf den Mathe.",
     ("en-de", "Good morning!"): "Gute Morgen!",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
     ("de-en", "Ich lese gern Bücher im Garten."): "I like books in the garden.",
@@ -56,8 +56,8 @@ def test_demo_sentence_translates_correctly(translators, direction, source, acce
 
 #: (direction, source) -> what the shipped model writes with its n-best list reranked by the reverse model
 #: (aiayn.reranking, the default weight): strict xfails as above. The 4-best of the shipped en-de holds "Guten
-#: Morgen!" and "... auf die Matte." (third and fourth) but the reverse model does not lift them (session 21's en-de
-#: put the cat on the mat when reranked); the other two have no right hypothesis in the beam.
+#: Morgen!" (second) but the reverse model does not lift it; the other three have no right hypothesis in the beam
+#: (session 21's en-de put the cat on the mat when reranked).
 STILL_WRONG_RERANKED = {
     ("en-de", "The cat sat on the mat."): "Die Katze setzte sich auf den Mathe.",
     ("en-de", "Good morning!"): "Gute Morgen!",
