@@ -167,7 +167,6 @@ def test_card_of_a_model_trained_on_ding_and_debian_names_every_licence(tiny_che
     assert "no news, web or dialogue text" in ding_only_card.split("## Limitations")[1]
 
 
-
 def test_card_names_back_translated_corpora_with_their_licences(tiny_checkpoints):
     """Issue 21: the back-translated sentences of `aiayn backtranslate` (the datasheet's `backtranslation` record,
     earlier ones under `previous`) are a corpus of their own on the card, with package, version, sha256, licence,

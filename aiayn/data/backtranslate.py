@@ -73,6 +73,12 @@ TRAINING_COMMAND = ("aiayn train --data {out} --kind-weights "
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
+def _check_language(language: str) -> str:
+    if language not in LANGUAGE_NAMES:
+        raise ValueError(f"language must be one of {', '.join(LANGUAGE_NAMES)}, got {language!r}")
+    return language
+
+
 def check_tag(tag: str) -> str:
     """``tag`` if it can mark synthetic sources (``--tag``): one word of printable characters without whitespace,
     at most 16 characters.
@@ -99,12 +105,6 @@ def tag_synthetic(pairs: Sequence[tuple[str, str]], tag: str, *, language: str) 
     if language == "de":
         return [(de, f"{tag} {en}") for de, en in pairs]
     return [(f"{tag} {de}", en) for de, en in pairs]
-
-
-def _check_language(language: str) -> str:
-    if language not in LANGUAGE_NAMES:
-        raise ValueError(f"language must be one of {', '.join(LANGUAGE_NAMES)}, got {language!r}")
-    return language
 
 
 def held_out_keys(data_dir: str | Path, devsets_dir: str | Path | None = None, *, language: str = "de") -> set[str]:
