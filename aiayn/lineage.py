@@ -48,11 +48,36 @@ def data_description(data_dir: str | Path | None) -> str:
         sheet = json.loads(sheet_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return short_path(data_dir) or "unknown"
-    sources = sheet.get("debian_sources") if isinstance(sheet, dict) else None
+    sheet = sheet if isinstance(sheet, dict) else {}
+    sources = sheet.get("debian_sources")
     if sources:
         pairs = sum(int(s.get("pairs_in_train", s.get("pairs_kept", 0)) or 0) for s in sources)
-        return f"Ding + {pairs:,} sentence pairs from {len(sources)} Debian packages"
-    return "Ding German-English dictionary"
+        what = f"Ding + {pairs:,} sentence pairs from {len(sources)} Debian packages"
+    else:
+        what = "Ding German-English dictionary"
+    return what + "".join(_backtranslated(r) for r in _bt_records(sheet.get("backtranslation")))
+
+
+def _bt_records(record: Any) -> list[dict[str, Any]]:
+    """The ``backtranslation`` records of a datasheet (``aiayn backtranslate`` keeps the earlier one under
+    ``previous``), oldest first."""
+    records = []
+    while isinstance(record, dict):
+        records.append(record)
+        record = record.get("previous")
+    return records[::-1]
+
+
+def _backtranslated(record: dict[str, Any]) -> str:
+    """`` + 18,875 back-translated German sentences of fortunes-de`` (``tagged`` when the synthetic sources carry a
+    tag) for one ``backtranslation`` record of a datasheet."""
+    src = record.get("source")
+    packages = [x.get("package") or x.get("file") for x in (src if isinstance(src, list) else [src]) if isinstance(x, dict)]
+    language = {"de": "German ", "en": "English "}.get(record.get("language"), "")
+    n = record.get("pairs_added")
+    count = f"{n:,} " if isinstance(n, int) and not isinstance(n, bool) else ""
+    return (f" + {count}{'tagged ' if record.get('tag') else ''}back-translated {language}sentences"
+            + (f" of {', '.join(str(p) for p in packages if p)}" if any(packages) else ""))
 
 
 def run_entry(train_config: dict[str, Any], trainer_state: dict[str, Any], hardware: list[str] | None = None,

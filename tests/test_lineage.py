@@ -65,6 +65,52 @@ def test_lineage_is_carried_through_init_from_and_average(tiny_data, tmp_path):
     assert [e["steps"] for e in gm2["lineage"]] == [3, 2, 2]
 
 
+def test_the_data_description_names_back_translated_sentences(tmp_path):
+    """A run's lineage says what it trained on from the datasheet: the Debian pairs, and each back-translation
+    record (``aiayn backtranslate``, the earlier one kept under ``previous``), tagged or not."""
+    from aiayn.lineage import data_description
+
+    sheet = {"debian_sources": [{"pairs_in_train": 1200}, {"pairs_kept": 34}]}
+    (tmp_path / "datasheet.json").write_text(json.dumps(sheet))
+    assert data_description(tmp_path) == "Ding + 1,234 sentence pairs from 2 Debian packages"
+    sheet["backtranslation"] = {"language": "en", "pairs_added": 10803, "tag": "<bt>",
+                                "source": [{"package": "fortunes"}, {"file": "extra.txt"}],
+                                "previous": {"language": "de", "pairs_added": 18875, "source": {"package": "fortunes-de"}}}
+    (tmp_path / "datasheet.json").write_text(json.dumps(sheet))
+    assert data_description(tmp_path) == ("Ding + 1,234 sentence pairs from 2 Debian packages + 18,875 back-translated "
+                                          "German sentences of fortunes-de + 10,803 tagged back-translated English "
+                                          "sentences of fortunes, extra.txt")
+    (tmp_path / "datasheet.json").write_text(json.dumps({"backtranslation": {"pairs_added": "many"}}))
+    assert data_description(tmp_path) == "Ding German-English dictionary + back-translated sentences"
+
+
+def test_the_commit_is_known_in_a_checkout_and_in_a_git_archive_copy(tmp_path):
+    """Background runs train from a `git archive HEAD | tar -x` copy of the code (docs/training.md), which has no .git:
+    the commit a checkpoint records then comes from aiayn/_commit.py, which `git archive` fills in (export-subst)."""
+    import subprocess
+    import sys
+
+    from aiayn._commit import ARCHIVED, source_commit
+
+    assert source_commit(tmp_path) is None and "Format" in ARCHIVED  # neither a checkout nor an archive
+    assert source_commit(tmp_path, "ab" * 20) == "ab" * 20 and source_commit(tmp_path, "$Format:%H$") is None
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "aiayn/_commit.py", ".gitattributes"], cwd=ROOT,
+                                 capture_output=True).returncode == 0
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    assert source_commit() == head
+    if not tracked:
+        pytest.skip("aiayn/_commit.py is not committed yet")
+    archive = subprocess.run(["git", "archive", "HEAD", "aiayn/_commit.py"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
+    code = "import _commit, sys; print(_commit.source_commit(sys.argv[1]))"
+    got = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=tmp_path / "aiayn", capture_output=True,
+                         text=True, check=True, env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)})
+    assert got.stdout.strip() == head
+
+
 def test_lineage_of_an_old_checkpoint_and_of_none():
     old = {"step": 2000, "train_tokens": 7_000_000, "train_wall_time_s": 3600.0, "direction": "en-de",
            "train_config": {"init_from": "/home/x/checkpoints/en-de", "run_dir": "/home/x/runs/en-de-debian"}}

@@ -9,15 +9,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+from .._commit import source_commit
 from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
 from ..files import atomic_copy
-from ..lineage import read_run_lineage, run_entry
+from ..lineage import Lifetime, lifetime, read_run_lineage, run_entry, short_path
 from ..model.transformer import Transformer
 from .history import HISTORY_FILE, load_history
 from .state import list_states, read_config_changes
@@ -51,11 +51,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, last: int = 1, dtype: st
             "averaged_states": [p.name for p in chosen], "step": st["step"], "epoch": st["epoch"],
             "train_wall_time_s": st["wall_time"], "train_tokens": st["tokens"], "train_config": tc,
             "config_changes": [c for c in read_config_changes(run_dir) if c["step"] < st["step"]]}
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                            cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        info["git_commit"] = None
+    info["git_commit"] = source_commit()  # also in a `git archive` copy of the code (aiayn/_commit.py)
     if (run_dir / "data_mix.json").is_file():  # the per-kind mix (--kind-weights), so a card can say what it saw
         info["data_mix"] = json.loads((run_dir / "data_mix.json").read_text())
     own = read_run_lineage(run_dir)  # the parents recorded when the run started, and where it ran
