@@ -100,3 +100,21 @@ def test_a_descendant_with_tags_added_interpolates_with_its_untagged_parent(pair
     other = make_tiny_checkpoint(tmp_path / "other", tiny_spm, "en-de", seed=6, n_layers=1, domain_tags=["general", "x"])
     with pytest.raises(ValueError, match="one model shape .*n_layers"):
         interpolate(a, other, tmp_path / "y", weight=0.5)
+
+
+def test_the_lineage_notes_the_interpolation_on_its_last_run(pair, tmp_path):
+    """The Model and training page's lineage lists runs; the last one's note must say its weights were mixed with A
+    (named by folder and lifetime step), kept after a note the run already had."""
+    a, b = pair
+    for folder, lineage in ((a, [{"run": "runs/a", "steps": 700}, {"run": "runs/a2", "steps": 500}]),
+                            (b, [{"run": "runs/a", "steps": 700}, {"run": "runs/b", "steps": 300, "note": "seed 22"}])):
+        config = json.loads((folder / "config.json").read_text())
+        config["meta"]["lineage"] = lineage
+        (folder / "config.json").write_text(json.dumps(config))
+    meta = load_checkpoint(interpolate(a, b, tmp_path / "out", weight=0.25))[1]["meta"]
+    first, last = meta["lineage"]
+    assert first == {"run": "runs/a", "steps": 700} and last["run"] == "runs/b" and last["steps"] == 300
+    assert last["note"].startswith("seed 22; the weights are the interpolation 0.75 x ")
+    assert f"{a.parent.name}/{a.name} (lifetime step 1,200) + 0.25 x this run's" in last["note"]
+    # B's own files are untouched: only the output's lineage says it
+    assert json.loads((b / "config.json").read_text())["meta"]["lineage"][-1]["note"] == "seed 22"

@@ -103,8 +103,10 @@ def test_warm_start_when_the_run_is_missing(world, warm):
     line = "candidate beats shipped" if r["beats"] else "candidate does not beat shipped"
     assert line in warm["proc"].stdout
     cand = world["out"] / "candidate"
-    assert {"config.json", "model.safetensors", "spm.model", "eval_test.json", "eval_dev.json", "MODEL_CARD.md"} <= \
-        {p.name for p in cand.iterdir()}
+    assert {"config.json", "model.safetensors", "spm.model", "eval_test.json", "eval_dev.json", "MODEL_CARD.md",
+            "head_sweep.json"} <= {p.name for p in cand.iterdir()}  # the sweep too: --ship copies a complete folder
+    sweep = json.loads((cand / "head_sweep.json").read_text())
+    assert sweep["weights_sha256"] == hashlib.sha256((cand / "model.safetensors").read_bytes()).hexdigest()
     assert json.loads((cand / "config.json").read_text())["meta"]["step"] == 24
     assert json.loads((cand / "eval_dev.json").read_text())["sets"]["short"]["n_pairs"] == 3  # --devsets reached it
 
@@ -302,8 +304,9 @@ def test_an_interpolation_that_beats_ships_when_the_candidate_does_not(world, wa
     assert "candidate does not beat shipped" in text and "interpolation w = 0.5" in text
     assert "the interpolation beats shipped" in text
     stages = json.loads((out / "verdict.json").read_text())["interpolation"]["stages"]
-    assert stages == {"card": 0, "align": 0, "attribution": 0}  # the files a shipped checkpoint carries were made
-    assert {"MODEL_CARD.md", "alignment.json", "attribution.json"} <= {p.name for p in shipped.iterdir()}
+    assert stages == {"card": 0, "align": 0, "attribution": 0, "sweep": 0}  # the files a shipped checkpoint carries
+    assert {"MODEL_CARD.md", "alignment.json", "attribution.json", "head_sweep.json"} <= {p.name for p in shipped.iterdir()}
+    assert "alignment, attribution and head sweep" in text
     assert _digest(shipped)["model.safetensors"] == _digest(out / "interp-0.5")["model.safetensors"]
     assert json.loads((shipped / "config.json").read_text())["meta"]["interpolation"]["weight"] == 0.5
 

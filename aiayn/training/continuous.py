@@ -464,6 +464,7 @@ def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Pa
     from ..alignment_eval import cli_main as align_main
     from ..attribution_eval import cli_main as attribution_main
     from ..evaluation.modelcard import cli_main as card_main
+    from ..sweep import cli_main as sweep_main
     from .finish import align_argv, attribution_argv, card_argv, run_stage
 
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
@@ -480,6 +481,7 @@ def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Pa
     if v["beats"]:  # the files a shipped checkpoint carries (as a candidate gets them from .finish)
         stages["align"] = run_stage("align", align_main, align_argv(path, Path(plan["data"]), "cpu"))
         stages["attribution"] = run_stage("attribution", attribution_main, attribution_argv(path, "cpu"))
+        stages["sweep"] = run_stage("sweep", sweep_main, ["--checkpoint", str(path), "--device", "cpu"])
     report["interpolation"] = {**search, **v, "scores": scores, "stages": stages}
     report["seconds"]["interpolation"] = round(time.monotonic() - t0, 1)
     (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -586,7 +588,7 @@ def _build_candidate(plan: dict[str, Any], args: argparse.Namespace, out: Path, 
     (:mod:`.finish`, a child process)."""
     cmd = [sys.executable, "-m", "aiayn.training.finish", "--run", str(plan["run"]), "--checkpoint", str(out / "candidate"),
            "--data", str(plan["data"]), "--last", str(args.last), "--device", "cpu", "--hardware", _hardware(args.threads),
-           "--notes", notes, "--no-sweep", "--threads", str(args.threads), "--status", str(out / "finish_status.json")] \
+           "--notes", notes, "--threads", str(args.threads), "--status", str(out / "finish_status.json")] \
         + (["--devsets", str(Path(args.devsets).expanduser())] if args.devsets else [])
     print("$ " + " ".join(cmd[:8]) + " ...", flush=True)
     return subprocess.run(cmd).returncode
@@ -688,8 +690,9 @@ def cli_main(argv: list[str]) -> int:
         Path(interp["checkpoint"]) if interp.get("beats") and interp["stages"]["card"] == 0 else None  # never uncarded
     if args.ship and chosen is not None:
         ship(chosen, shipped)
-        print(f"shipped: copied {chosen} over {shipped} (with its MODEL_CARD.md); run `aiayn sweep --checkpoint "
-              f"{shipped}` for its head sweep")
+        print(f"shipped: copied {chosen} over {shipped} (with its MODEL_CARD.md"
+              + (", alignment, attribution and head sweep)" if (shipped / "head_sweep.json").is_file() else
+                 f"; its head sweep failed: run `aiayn sweep --checkpoint {shipped}`)"))
     elif args.ship:
         print(f"not shipped: {shipped} stays as it is")
     return 0

@@ -135,11 +135,26 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     meta["interpolation"] = {"weight": float(weight),  # of B, these weights; A is the other side
                              "a": {"path": str(a_dir), "step": meta_a.get("step"),
                                    "averaged_states": meta_a.get("averaged_states")}}
+    meta["lineage"] = _lineage_with_interpolation(meta.get("lineage"), a_dir, lifetime(meta_a), weight)
     out = save_checkpoint(out_dir, model_b, spm_model=spm_b, dtype=cfg_b.get("dtype", "float32"), meta=meta)
     for name in ("metrics.jsonl", HISTORY_FILE):
         if (b_dir / name).is_file():
             atomic_copy(b_dir / name, Path(out) / name)
     return Path(out)
+
+
+def _lineage_with_interpolation(lineage: Any, a_dir: Path, a_life: Lifetime | None, weight: float) -> Any:
+    """B's lineage with its last run's ``note`` saying that these weights mix it with A (appended to a note it has):
+    the lineage table shows the runs, and only the note tells that the last one was not used as it ended. A is named
+    by its folder and lifetime step (the folder may hold other weights later)."""
+    if not (isinstance(lineage, list) and lineage and isinstance(lineage[-1], dict)):
+        return lineage
+    last = dict(lineage[-1])
+    at = f" (lifetime step {a_life.steps:,})" if a_life is not None else ""
+    said = (f"the weights are the interpolation {1.0 - weight:g} x {short_path(a_dir)}{at} + {weight:g} x this "
+            "run's (aiayn interpolate, WiSE-FT)")
+    last["note"] = f"{last['note']}; {said}" if last.get("note") else said
+    return lineage[:-1] + [last]
 
 
 def interpolate_cli_main(argv: list[str]) -> int:
