@@ -15,7 +15,7 @@ from typing import Any
 
 from ..checkpoint_format import CONFIG_FILE
 from ..files import atomic_write_text
-from ..lineage import lifetime
+from ..lineage import lifetime, short_path
 
 EVERYDAY = {
     "en": ["I have no time.", "The cat sat on the mat.", "Where is the train station?", "We will meet tomorrow morning.",
@@ -139,12 +139,6 @@ def backtranslation_lines(sheet: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _short_path(path: str) -> str:
-    """The last two components of a path (``runs/en-de``): enough to name a run without the user's home."""
-    parts = Path(path).parts
-    return "/".join(parts[-2:]) if parts else path
-
-
 def lineage_lines(meta: dict[str, Any]) -> list[str]:
     """The card's "Lineage" section (:mod:`aiayn.lineage`): every run the weights descend from, oldest first,
     with its lifetime steps, where it started, tokens, wall time, data and hardware, and the lifetime totals.
@@ -187,10 +181,10 @@ def _intro_lines(ckpt: Path, config: dict[str, Any], datasheet: dict[str, Any] |
               if (datasheet or {}).get("debian_sources") else "the Ding German-English dictionary corpus")
     if life is not None and len(life.stages) > 1:
         start = (f"trained with `aiayn` over {len(life.stages)} runs ({life.steps:,} steps in all, see Lineage); its last "
-                 f"run started from the weights of `{_short_path(init_from)}` at lifetime step {life.stages[-1].start:,} "
+                 f"run started from the weights of `{short_path(init_from)}` at lifetime step {life.stages[-1].start:,} "
                  f"(warm start, `--init-from`) and trained on {corpus}")
     elif init_from:
-        start = (f"trained with `aiayn`, starting from the weights of the run `{_short_path(init_from)}` (warm start, "
+        start = (f"trained with `aiayn`, starting from the weights of the run `{short_path(init_from)}` (warm start, "
                  f"`--init-from`), on {corpus}")
     else:
         start = f"trained from scratch with `aiayn` on {corpus}"
@@ -251,7 +245,7 @@ def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str
             + (", bf16 autocast on CPU (`--amp-cpu`)" if tc.get('amp_cpu') else "")
             + (", bf16 autocast on the GPU (`--amp`)" if tc.get('amp', True) and _on_gpu(hardware) else "") + ".",
             *([f"- Warm start: the weights (not the optimizer or schedule, which start at step 0) were copied from "
-               f"`{_short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
+               f"`{short_path(init_from)}` before step 1. With the joint vocabulary every tensor fits, even from the other "
                "direction; transfer from a parent model is not part of the paper's recipe (Zoph et al. 2016; Kocmi and "
                "Bojar 2018)."] if init_from else []),
             *_data_mix_lines(meta.get("data_mix")),
@@ -274,7 +268,7 @@ def _interpolation_note(interp: dict[str, Any] | None) -> str:
         return ""
     w, a = interp["weight"], interp.get("a", {})
     step = f" (step {a['step']:,})" if isinstance(a.get("step"), int) else ""
-    return (f" The weights shipped are {1 - w:g} x `{_short_path(a.get('path', 'A'))}`{step} + {w:g} x this average, "
+    return (f" The weights shipped are {1 - w:g} x `{short_path(a.get('path', 'A'))}`{step} + {w:g} x this average, "
             "parameter by parameter (a weight interpolation, WiSE-FT: Wortsman et al. 2022).")
 
 
