@@ -230,6 +230,102 @@ def test_kind_weights_reach_aiayn_train_and_the_pack(data, tmp_path):
         assert tar.extractfile("ding_tiny/train_kinds.txt").read() == (folder / "train_kinds.txt").read_bytes()
 
 
+def _extended(data: Path, folder: Path, rows: str) -> Path:
+    """A copy of ``data`` whose train.tsv (and train_kinds.txt) has ``rows`` appended, as `aiayn backtranslate` makes
+    one, and whose datasheet says something else."""
+    from test_train_pipeline import write_kinds
+
+    shutil.copytree(data, folder)
+    write_kinds(folder)
+    with open(folder / "train.tsv", "a", encoding="utf-8") as f:
+        f.write(rows)
+    with open(folder / "train_kinds.txt", "a", encoding="utf-8") as f:
+        f.write("backtranslated\n" * rows.count("\n"))
+    (folder / "datasheet.json").write_text(json.dumps({"backtranslation": {"pairs_added": rows.count("\n")}}))
+    return folder
+
+
+@pytest.mark.parametrize("suffix", ["tar.gz", "tar.xz"])
+def test_a_pack_of_two_folders_stores_what_the_second_adds_and_unpacks_both(data, tmp_path, suffix, capsys):
+    """Two back-translated folders share the build they extend; the device machine takes 64 MiB, so the second
+    folder's train.tsv travels as its added rows only, and --unpack rebuilds it byte for byte."""
+    from test_train_pipeline import write_kinds
+
+    first = tmp_path / "src" / "bt"
+    shutil.copytree(data, first)
+    write_kinds(first)
+    second = _extended(first, tmp_path / "src" / "bt-en", "Guten Morgen!\tGood morning!\nDanke.\tThanks.\n")
+    pack = tmp_path / f"both.{suffix}"
+    assert cli_main(["--pack", str(first), str(second), str(pack)]) == 0
+    with tarfile.open(pack) as tar:
+        names = set(tar.getnames())
+        tail = tar.extractfile("bt-en/train.tsv.tail").read()
+        manifest = json.loads(tar.extractfile("aiayn-pack.json").read())
+    assert tail == "Guten Morgen!\tGood morning!\nDanke.\tThanks.\n".encode()
+    assert "bt-en/train.tsv" not in names and "bt-en/datasheet.json" in names  # not an extension: stored whole
+    assert "bt-en/valid.tsv.tail" in names and manifest["tails"]["bt-en/valid.tsv"]["bytes"] == (second / "valid.tsv").stat().st_size
+    assert cli_main(["--unpack", str(pack), str(tmp_path / "dest")]) == 0
+    assert "unpacked" in capsys.readouterr().out
+    for folder in (first, second):
+        got = tmp_path / "dest" / folder.name
+        assert sorted(p.name for p in got.iterdir()) == sorted(p.name for p in folder.iterdir())
+        assert all((got / p.name).read_bytes() == p.read_bytes() for p in folder.iterdir())
+    assert not (tmp_path / "dest" / "aiayn-pack.json").exists()
+
+
+def test_a_damaged_pack_and_bad_pack_arguments_are_one_line_errors(data, tmp_path, capsys):
+    first = tmp_path / "a" / "one"
+    shutil.copytree(data, first)
+    second = _extended(first, tmp_path / "b" / "two", "Ja.\tYes.\n")
+    pack = tmp_path / "p.tar.gz"
+    assert cli_main(["--pack", str(first), str(second), str(pack)]) == 0
+    dest = tmp_path / "dest"
+    with tarfile.open(pack) as tar:
+        tar.extractall(dest, filter="data")
+    manifest = json.loads((dest / "aiayn-pack.json").read_text())
+    manifest["tails"]["two/train.tsv"]["sha256"] = "0" * 64
+    (dest / "aiayn-pack.json").write_text(json.dumps(manifest))
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        for p in sorted(dest.rglob("*")):
+            tar.add(p, arcname=str(p.relative_to(dest)), recursive=False)
+    cases = [(["--unpack", str(bad), str(tmp_path / "d2")], "does not match what was packed"),
+             (["--unpack", str(tmp_path / "none.tar.gz"), str(tmp_path / "d3")], "cannot unpack"),
+             (["--pack", str(first), str(tmp_path / "c" / "one"), str(tmp_path / "q.tar.gz")], "different names"),
+             (["--pack", str(tmp_path / "q.tar.gz")], "one or more data folders")]
+    shutil.copytree(first, tmp_path / "c" / "one")
+    for argv, message in cases:
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "q.tar.gz").exists()
+
+
+def test_data_for_gives_each_direction_its_own_folder(data, tmp_path, capsys):
+    """Back-translated data is made for one direction: --data-for D=DIR reaches that direction's training and
+    post-training children and its warm-start check; the summary names each folder."""
+    other = _extended(data, tmp_path / "bt-en", "Ja.\tYes.\n")
+    base = ["--out", str(tmp_path / "o"), "--recipe", "tiny", "--device", "cpu"]
+    plan = both._plan(both._parser().parse_args(base + ["--data", str(data), "--data-for", f"de-en={other}"]))
+    assert plan["data_for"] == {"en-de": data.resolve(), "de-en": other.resolve()}
+    for d, folder in plan["data_for"].items():
+        cmd = both.train_command(d, plan)
+        assert cmd[cmd.index("--data") + 1] == str(folder)
+    summary = both._summary(plan, {}, time.time(), 0, False, ())
+    assert summary["data_dir"] is None and summary["data_dirs"]["de-en"] == str(other.resolve())
+    only = both._plan(both._parser().parse_args(base + ["--data-for", f"en-de={data}", f"de-en={other}"]))
+    assert only["data_for"]["de-en"] == other.resolve()
+    same = both._plan(both._parser().parse_args(base + ["--data", str(data)]))
+    assert both._summary(same, {}, time.time(), 0, False, ())["data_dir"] == str(data.resolve())
+    for argv, message in [(["--data-for", f"en-de={data}"], "for each direction"),
+                          (["--data-for", f"fr-de={data}", f"en-de={data}", f"de-en={data}"], "DIRECTION=DIR"),
+                          (["--data", str(data), "--data-for", f"de-en={tmp_path}"], "not a prepared data folder")]:
+        assert cli_main(base + argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert both._plan(both._parser().parse_args(base + ["--data-for", f"en-de={data}", "--directions", "en-de"]))
+
+
 # -- end to end -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def done(data, tmp_path_factory):

@@ -16,8 +16,9 @@ Layout of ``OUT``::
     summary.json                 recipe, budget, and per direction: steps, tokens, minutes, tok/s, BLEU/chrF per split
 
 A checkpoint directory appears only once it is complete (it is assembled in a temporary folder beside it and
-renamed), so an interrupted or failed run never leaves a half-written checkpoint. ``--pack DATA OUT.tar.gz`` packs
-a prepared data folder for the device machine instead (docs/training.md, "One command for a GPU session").
+renamed), so an interrupted or failed run never leaves a half-written checkpoint. ``--pack DATA [DATA ...] OUT.tar.gz`` packs
+prepared data folders for the device machine instead, and ``--unpack`` unpacks them there (:mod:`.pack`;
+docs/training.md, "One command for a GPU session"); ``--data-for DIRECTION=DIR`` gives one direction its own data.
 
 The recipes are plain data (:data:`RECIPES`); ``--set`` overrides model fields (as ``aiayn train --set``) and
 ``--train-set`` training fields (any ``aiayn train --flag``).
@@ -31,7 +32,6 @@ import platform
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from dataclasses import fields
@@ -41,6 +41,7 @@ from typing import Any
 
 from .allocator import ALLOCATORS, allocator_env, describe
 from .finish import EXIT_INTERRUPTED, direction_summary, summary_table
+from .pack import REQUIRED_DATA, BadPack, pack_data, unpack_data
 
 DIRECTIONS = ("en-de", "de-en")
 
@@ -113,9 +114,6 @@ BOOL_FLAGS = ("compile", "amp", "amp_cpu", "record_attention")
 SWITCH_FLAGS = ("init_stack",)
 #: training fields this command sets itself (not through a recipe or ``--train-set``)
 OWN_FIELDS = ("data_dir", "run_dir", "direction", "preset", "model_overrides", "threads", "max_minutes", "init_from")
-#: the files of a prepared data folder that ``--pack`` takes (``test*.tsv`` too)
-PACK_FILES = ("train.tsv", "valid.tsv", "spm.model", "datasheet.json", "dictionary.tsv", "train_kinds.txt")
-REQUIRED_DATA = ("train.tsv", "valid.tsv", "test.tsv", "spm.model")
 #: exit codes
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = {("en-de",): 3, ("de-en",): 4, ("en-de", "de-en"): 5}
@@ -221,31 +219,6 @@ def hardware_text(device: str, threads: int, directions: int = 2) -> str:
     except OSError:
         pass
     return f"CPU ({cpu}), {how} (`aiayn train-both`), {threads} thread{'s' * (threads > 1)} each"
-
-
-# -- packing the data for the device machine --------------------------------------------------------------------
-def pack_data(data_dir: str | Path, out: str | Path) -> Path:
-    """Write ``out`` (a ``.tar.gz``) with what ``train-both`` reads from a prepared data folder: ``train.tsv``,
-    ``valid.tsv``, ``test*.tsv`` (``test_general.tsv`` too), ``spm.model``, ``datasheet.json`` and ``dictionary.tsv``
-    (the evaluation's baseline) when present, under one folder named like ``data_dir``. Returns ``out``.
-
-    Raises:
-        BadInput: ``data_dir`` lacks one of ``train.tsv``, ``valid.tsv``, ``test.tsv``, ``spm.model``.
-    """
-    data = Path(data_dir).expanduser()
-    missing = [name for name in REQUIRED_DATA if not (data / name).is_file()]
-    if missing:
-        raise BadInput(f"{data} is not a prepared data folder: {', '.join(missing)} missing (make one with `aiayn data`)")
-    names = sorted({*(n for n in PACK_FILES if (data / n).is_file()), *(p.name for p in data.glob("test*.tsv"))})
-    out = Path(out).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    # dereference: a `-shipspm` folder (aiayn train-on) links its splits, and a link would arrive dangling
-    with tarfile.open(tmp, "w:gz", dereference=True) as tar:
-        for name in names:
-            tar.add(data / name, arcname=f"{data.resolve().name}/{name}")
-    os.replace(tmp, out)
-    return out
 
 
 # -- children: streaming, stopping -----------------------------------------------------------------------------
@@ -409,8 +382,15 @@ def _parser() -> argparse.ArgumentParser:
                     help="warm start each direction from DIR/<direction> (a checkpoints folder such as checkpoints/, "
                          "with the data's spm.model and the recipe's shape); default: from scratch")
     ap.add_argument("--quiet", action="store_true", help="only the logs and the final table, no live output")
-    ap.add_argument("--pack", nargs=2, metavar=("DATA", "OUT_TAR_GZ"),
-                    help="instead of training: pack a prepared data folder for the device machine and exit")
+    ap.add_argument("--data-for", nargs="+", default=[], metavar="DIRECTION=DIR",
+                    help="the data folder of one direction instead of --data (back-translated data is made for one "
+                         "direction), e.g. en-de=DIR_A de-en=DIR_B")
+    ap.add_argument("--pack", nargs="+", metavar="DATA... OUT",
+                    help="instead of training: pack prepared data folders into OUT (.tar.gz, or .tar.xz: smaller) for "
+                         "the device machine and exit; a later folder that extends the first is stored as what it adds")
+    ap.add_argument("--unpack", nargs=2, metavar=("PACK", "DEST"),
+                    help="instead of training: unpack a --pack archive into DEST (rebuilding and checking the later "
+                         "folders) and exit")
     return ap
 
 
@@ -418,12 +398,8 @@ def _plan(args) -> dict[str, Any]:
     """Everything decided before a child starts (no side effects). Raises BadInput."""
     from .cli import parse_overrides
 
-    if not args.data or not args.out:
-        raise BadInput("give --data DIR and --out DIR (or --pack DATA OUT.tar.gz)")
-    data = Path(args.data).expanduser()
-    missing = [n for n in REQUIRED_DATA if not (data / n).is_file()]
-    if missing:
-        raise BadInput(f"{data} is not a prepared data folder: {', '.join(missing)} missing (make one with `aiayn data`)")
+    directions = list(dict.fromkeys(args.directions))
+    data_for = _data_folders(args, directions)
     recipe = json.loads(json.dumps(RECIPES[args.recipe]))  # a copy
     try:
         recipe["model"].update(parse_overrides(args.set))
@@ -431,20 +407,20 @@ def _plan(args) -> dict[str, Any]:
     except SystemExit as exc:  # parse_overrides' message for an item without "="
         raise BadInput(str(exc)) from None
     from ..tokenizer import Tokenizer
-
-    try:
-        vocab = Tokenizer.load(data / "spm.model").vocab_size
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise BadInput(f"cannot read {data / 'spm.model'}: {exc}") from None
-    if args.kind_weights is not None:
-        recipe["train"]["kind_weights"] = args.kind_weights
-    check_recipe(recipe, vocab)
     from .loader import DataMixError, kind_mix
 
-    try:  # a mix the folder cannot give is refused before any child starts
-        kind_mix(data, recipe["train"].get("kind_weights"))
-    except DataMixError as exc:
-        raise BadInput(str(exc)) from None
+    if args.kind_weights is not None:
+        recipe["train"]["kind_weights"] = args.kind_weights
+    for data in dict.fromkeys(data_for.values()):
+        try:
+            vocab = Tokenizer.load(data / "spm.model").vocab_size
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise BadInput(f"cannot read {data / 'spm.model'}: {exc}") from None
+        check_recipe(recipe, vocab)
+        try:  # a mix the folder cannot give is refused before any child starts
+            kind_mix(data, recipe["train"].get("kind_weights"))
+        except DataMixError as exc:
+            raise BadInput(str(exc)) from None
     reserve = recipe["reserve_minutes"] if args.reserve_minutes is None else args.reserve_minutes
     if reserve < 0:
         raise BadInput(f"--reserve-minutes must be >= 0, got {reserve}")
@@ -459,12 +435,11 @@ def _plan(args) -> dict[str, Any]:
     elif "max_steps" not in recipe["train"]:
         raise BadInput(f"the recipe {args.recipe!r} stops on time: give --max-minutes (or --train-set max_steps=N)")
     device = _resolve_device(args.device)
-    directions = list(dict.fromkeys(args.directions))
     threads = args.threads or cpu_threads(len(directions))
     if threads < 1:
         raise BadInput(f"--threads must be >= 1, got {threads}")
     out = Path(args.out).expanduser()
-    init_from = _warm_starts(args.init_from, data, directions)
+    init_from = _warm_starts(args.init_from, data_for, directions)
     try:
         allocator_env({}, args.allocator)  # `tcmalloc` without the library is refused before any child starts
     except ValueError as exc:
@@ -472,13 +447,39 @@ def _plan(args) -> dict[str, Any]:
     if recipe["train"].get("init_stack") and not init_from:
         raise BadInput(f"the recipe {args.recipe!r} grows a trained model by stacking its layers: give --init-from DIR "
                        "(e.g. checkpoints)")
-    return {"init_from": init_from, "recipe_name": args.recipe, "recipe": recipe, "data": data.resolve(), "out": out.resolve(), "device": device,
+    return {"init_from": init_from, "recipe_name": args.recipe, "recipe": recipe, "out": out.resolve(), "device": device,
+            "data_for": {d: data_for[d].resolve() for d in directions},
             "threads": threads, "allocator": args.allocator, "reserve": reserve, "train_minutes": train_minutes, "max_minutes": args.max_minutes,
             "hardware": args.hardware or hardware_text(device, threads, len(directions)), "sweep": not args.no_sweep,
             "directions": directions}
 
 
-def _warm_starts(root: str | None, data: Path, directions: list[str]) -> dict[str, str]:
+def _data_folders(args, directions: list[str]) -> dict[str, Path]:
+    """``{direction: prepared data folder}``: ``--data`` for every direction, ``--data-for DIRECTION=DIR`` for the
+    ones it names (back-translated data is made for one direction: docs/data.md).
+
+    Raises:
+        BadInput: no ``--out``; a direction without a folder; a ``--data-for`` item that is not ``en-de=DIR`` or
+            ``de-en=DIR``; a folder that is not a prepared data folder.
+    """
+    folders = {d: Path(args.data).expanduser() for d in directions} if args.data else {}
+    for item in args.data_for or []:
+        d, sep, path = item.partition("=")
+        if not sep or d not in DIRECTIONS or not path:
+            raise BadInput(f"--data-for takes DIRECTION=DIR with DIRECTION one of {', '.join(DIRECTIONS)}, got {item!r}")
+        if d in directions:
+            folders[d] = Path(path).expanduser()
+    if not args.out or any(d not in folders for d in directions):
+        raise BadInput("give --data DIR (or --data-for DIRECTION=DIR for each direction) and --out DIR "
+                       "(or --pack DATA OUT.tar.gz)")
+    for data in dict.fromkeys(folders.values()):
+        missing = [n for n in REQUIRED_DATA if not (data / n).is_file()]
+        if missing:
+            raise BadInput(f"{data} is not a prepared data folder: {', '.join(missing)} missing (make one with `aiayn data`)")
+    return folders
+
+
+def _warm_starts(root: str | None, data_for: dict[str, Path], directions: list[str]) -> dict[str, str]:
     """``{direction: checkpoint folder}`` for ``--init-from ROOT`` (``{}`` without it).
 
     Raises:
@@ -492,6 +493,7 @@ def _warm_starts(root: str | None, data: Path, directions: list[str]) -> dict[st
         src = Path(root).expanduser() / d
         if not (src / "config.json").is_file() or not (src / "spm.model").is_file():
             raise BadInput(f"--init-from {root}: {src} is not a checkpoint folder (config.json and spm.model needed)")
+        data = data_for[d]
         if (src / "spm.model").read_bytes() != (data / "spm.model").read_bytes():
             raise BadInput(f"--init-from {root}: {src / 'spm.model'} is not {data / 'spm.model'}; warm starts need the "
                            "checkpoint's vocabulary (a `-shipspm` data folder, docs/training.md)")
@@ -515,7 +517,7 @@ def _card_notes(plan: dict[str, Any]) -> str:
 def train_command(d: str, plan: dict[str, Any]) -> list[str]:
     """The ``aiayn train`` command line of direction ``d``'s child (``plan`` from :func:`_plan`)."""
     r = plan["recipe"]
-    cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(plan["data"]), "--run", str(plan["out"] / "runs" / d),
+    cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(plan["data_for"][d]), "--run", str(plan["out"] / "runs" / d),
            "--direction", d, "--preset", r["preset"], "--threads", str(plan["threads"])]
     cmd += ["--set", *(f"{k}={json.dumps(v)}" for k, v in r["model"].items())] if r["model"] else []
     cmd += train_flags(r["train"])
@@ -540,7 +542,7 @@ def _direction_job(d: str, plan: dict[str, Any], kids: _Children, results: dict[
     status = out / "logs" / f"{d}.post.json"
     status.unlink(missing_ok=True)
     post = [sys.executable, "-m", "aiayn.training.finish", "--run", str(run), "--checkpoint", str(out / "checkpoints" / d),
-            "--data", str(plan["data"]), "--last", str(r["average_last"]), "--device", plan["device"],
+            "--data", str(plan["data_for"][d]), "--last", str(r["average_last"]), "--device", plan["device"],
             "--hardware", plan["hardware"], "--notes", _card_notes(plan), "--deadline", str(deadline),
             "--threads", str(plan["threads"]), "--status", str(status)] + ([] if plan["sweep"] else ["--no-sweep"])
     code = kids.run(d, "post", post, env, log)
@@ -595,12 +597,19 @@ def _summary(plan: dict[str, Any], results: dict[str, dict[str, Any]], started: 
             "status": "interrupted" if interrupted else ("failed" if failed else "ok"), "exit_code": code,
             "recipe": plan["recipe_name"], "preset": plan["recipe"]["preset"],
             "model_overrides": plan["recipe"]["model"], "train_settings": plan["recipe"]["train"],
-            "average_last": plan["recipe"]["average_last"], "data_dir": str(plan["data"]), "device": plan["device"],
+            "average_last": plan["recipe"]["average_last"], "data_dir": _common_data_dir(plan),
+            "data_dirs": {d: str(p) for d, p in plan["data_for"].items()}, "device": plan["device"],
             "hardware": plan["hardware"], "threads_per_child": plan["threads"],
             "budget": {"max_minutes": plan["max_minutes"], "reserve_minutes": plan["reserve"],
                        "train_max_minutes": plan["train_minutes"] or None},
             "started_utc": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
             "elapsed_minutes": (time.time() - started) / 60, "directions": results}
+
+
+def _common_data_dir(plan: dict[str, Any]) -> str | None:
+    """The one data folder every direction trained on (None when ``--data-for`` gave them different ones)."""
+    folders = set(plan["data_for"].values())
+    return str(folders.pop()) if len(folders) == 1 else None
 
 
 def _finish(plan: dict[str, Any], results: dict[str, dict[str, Any]], started: float, interrupted: bool) -> int:
@@ -630,7 +639,8 @@ def _finish(plan: dict[str, Any], results: dict[str, dict[str, Any]], started: f
 
 def cli_main(argv: list[str]) -> int:
     """``aiayn train-both --data DIR --out OUT [--max-minutes 20] [--recipe gpu-n6|tiny] [--set k=v ...]
-    [--train-set k=v ...] [--device auto|cpu|cuda[:N]] [--no-sweep]``, or ``aiayn train-both --pack DATA OUT.tar.gz``.
+    [--train-set k=v ...] [--device auto|cpu|cuda[:N]] [--no-sweep] [--data-for D=DIR ...]``, or ``aiayn train-both
+    --pack DATA [DATA ...] OUT.tar.gz``, or ``aiayn train-both --unpack PACK DEST``.
 
     Returns the exit code: 0 when every direction produced its checkpoint, 2 for bad input (nothing started),
     3 when en-de failed, 4 when de-en failed, 5 when both failed (the other direction still finishes; the message
@@ -641,11 +651,17 @@ def cli_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     try:
         if args.pack:
-            path = pack_data(*args.pack)
+            if len(args.pack) < 2:
+                raise BadInput("--pack takes one or more data folders and then the archive to write")
+            path = pack_data(args.pack[:-1], args.pack[-1])
             print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
             return 0
+        if args.unpack:
+            folders = unpack_data(*args.unpack)
+            print("unpacked " + ", ".join(str(f) for f in folders))
+            return 0
         plan = _plan(args)
-    except BadInput as exc:
+    except (BadInput, BadPack) as exc:
         print(f"aiayn train-both: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = plan["out"]
