@@ -74,8 +74,8 @@ def pack_data(data_dirs: str | Path | Sequence[str | Path], out: str | Path) -> 
     ``datasheet.json``, ``dictionary.tsv`` (the evaluation's baseline) and ``train_kinds.txt`` when present, each
     folder under its own name (the files behind links, never the links). Folders after the first store a file that
     shares at least its first half with the first folder's file of the same name as what follows the shared bytes
-    only (module docstring). Written to a
-    temporary name and renamed: an interrupted pack leaves no archive. Returns ``out``.
+    only (module docstring). Written to a temporary name and renamed: an interrupted pack leaves no archive.
+    Returns ``out``.
 
     Raises:
         BadPack: no folder; a folder lacks ``train.tsv``, ``valid.tsv``, ``test.tsv`` or ``spm.model``; two folders
