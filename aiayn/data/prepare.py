@@ -328,6 +328,10 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--tgt-col", default="en")
     p.add_argument("--no-header", action="store_true", help="no header line; columns are 0-based positions")
     common(p)
+    p = sub.add_parser("sentence-kind", help="a copy of a prepared folder whose train_kinds.txt gives Ding's example "
+                       "sentences the kind ding_sentence, for --kind-weights (aiayn.data.kinds)")
+    p.add_argument("--data", required=True, help="a folder of `aiayn data debian` (or `aiayn backtranslate`)")
+    p.add_argument("--out", required=True, help="the new folder (must not exist)")
     p = sub.add_parser("moses", help="two line-aligned text files")
     p.add_argument("src")
     p.add_argument("tgt")
@@ -335,6 +339,13 @@ def cli_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out).expanduser()
     try:
+        if args.cmd == "sentence-kind":
+            from .kinds import KIND, write_sentence_kind_folder
+
+            counts = write_sentence_kind_folder(args.data, out)
+            print(f"wrote {out}: {counts.get(KIND, 0):,} Ding example sentences are now kind {KIND} "
+                  f"(train kinds: {', '.join(f'{k} {n:,}' for k, n in counts.items())})")
+            return 0
         if args.cmd == "debian":
             from .prepare_debian import debian_summary, prepare_debian  # imports .prepare: not at the top (a cycle)
 
@@ -362,7 +373,7 @@ def cli_main(argv: list[str]) -> int:
                     "license": "(not recorded: fill in)"}
             sheet = prepare_pairs(pairs, out, vocab_size=args.vocab_size, n_valid=args.n_valid,
                                   n_test=args.n_test, seed=args.seed, heldout_pool="auto", source_info=info)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as exc:
         print(f"aiayn data {args.cmd}: error: {exc}", file=sys.stderr)
         return 1
     print(_summary(sheet, out))
