@@ -429,3 +429,27 @@ def test_a_named_recipe_goes_on_with_the_shipped_models_data_mix(world, tmp_path
     assert "--kind-weights ding=1,everyday=6" in command()
     assert "--kind-weights default" in command("--kind-weights", "default")
     assert continuous.recipe_flags("tiny", {}, {})[1] == continuous.recipe_flags("tiny", {"train_config": {"kind_weights": "none"}}, {})[1]
+
+
+def test_ship_keeps_the_shipped_ibm1_baseline_for_the_same_gold_set(tmp_path):
+    """IBM Model 1's AER is a baseline of a training sample, not of the weights: a ship keeps the shipped one (so
+    both directions' Alignment pages compare heads with one baseline) unless the gold set changed."""
+    def folder(name: str, payload: dict | None) -> Path:
+        d = tmp_path / name
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(name.encode())
+        if payload is not None:
+            (d / "alignment.json").write_text(json.dumps(payload))
+        return d
+
+    shipped = folder("checkpoints/en-de", {"gold_sha256": "g", "ibm1": {"intersection": 0.16}, "heads": [1]})
+    cand = folder("cand", {"gold_sha256": "g", "ibm1": {"intersection": 0.15}, "heads": [2]})
+    continuous.ship(cand, shipped)
+    got = json.loads((shipped / "alignment.json").read_text())
+    assert got == {"gold_sha256": "g", "ibm1": {"intersection": 0.16}, "heads": [2]}
+    assert (shipped / "model.safetensors").read_bytes() == b"cand"
+    other = folder("cand2", {"gold_sha256": "another gold set", "ibm1": {"intersection": 0.3}, "heads": [3]})
+    continuous.ship(other, shipped)
+    assert json.loads((shipped / "alignment.json").read_text())["ibm1"] == {"intersection": 0.3}
+    continuous.ship(folder("cand3", None), shipped)  # a candidate without the file: nothing to keep, nothing made
+    assert not (shipped / "alignment.json").exists()

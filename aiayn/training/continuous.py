@@ -104,6 +104,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return out
 
 
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or ``{}`` when it is missing, unreadable or not an object."""
+    try:
+        return _read_json(path)
+    except BadInput:
+        return {}
+
+
 def _last_state(run: Path) -> dict[str, Any] | None:
     """The ``trainer_state.json`` of the run's last state (step, tokens, wall_time...), or None without states."""
     from .state import list_states
@@ -491,17 +499,31 @@ def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Pa
 # -- shipping -------------------------------------------------------------------------------------------------------
 def ship(candidate: Path, shipped: Path) -> Path:
     """Replace the checkpoint folder ``shipped`` by a copy of ``candidate`` (atomically: a half-copied checkpoint
-    never appears), with the ``checkpoint`` field of its evaluation JSONs pointing at the new place. Returns
-    ``shipped``."""
+    never appears), with the ``checkpoint`` field of its evaluation JSONs pointing at the new place, and the IBM
+    Model 1 baseline of the shipped ``alignment.json`` kept (:func:`_keep_ibm1`). Returns ``shipped``."""
     from ..files import atomic_dir
 
+    old_alignment = _json_or_empty(shipped / "alignment.json")
     with atomic_dir(shipped) as tmp:
         shutil.copytree(candidate, tmp, dirs_exist_ok=True)
         for ev in tmp.glob("eval_*.json"):
             data = json.loads(ev.read_text(encoding="utf-8"))
             data["checkpoint"] = str(shipped.resolve())
             ev.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        _keep_ibm1(old_alignment, tmp / "alignment.json")
     return shipped
+
+
+def _keep_ibm1(old: dict[str, Any], path: Path) -> None:
+    """Put the shipped ``ibm1`` block (the AER of IBM Model 1 trained on a sample of the training split: a baseline of
+    the data, not of the weights) into the new ``alignment.json`` at ``path`` when both score the same gold set, so
+    that the Alignment page compares every shipped model's heads with one baseline; the new file is otherwise
+    unchanged. Nothing happens without both files or with another gold set."""
+    new = _json_or_empty(path)
+    if not (old.get("ibm1") and new and old.get("gold_sha256") == new.get("gold_sha256")):
+        return
+    new["ibm1"] = old["ibm1"]
+    path.write_text(json.dumps(new, indent=1) + "\n", encoding="utf-8")
 
 
 # -- the command ----------------------------------------------------------------------------------------------------
