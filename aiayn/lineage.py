@@ -55,7 +55,11 @@ def data_description(data_dir: str | Path | None) -> str:
         what = f"Ding + {pairs:,} sentence pairs from {len(sources)} Debian packages"
     else:
         what = "Ding German-English dictionary"
-    return what + "".join(_backtranslated(r) for r in _bt_records(sheet.get("backtranslation")))
+    what += "".join(_backtranslated(r) for r in _bt_records(sheet.get("backtranslation")))
+    relabel = sheet.get("sentence_kind")  # aiayn data sentence-kind: a kind of its own for a training mix to weight
+    if isinstance(relabel, dict) and isinstance(relabel.get("rows"), int):
+        what += f" ({relabel['rows']:,} Ding example sentences as kind {relabel.get('kind', 'ding_sentence')})"
+    return what
 
 
 def _bt_records(record: Any) -> list[dict[str, Any]]:

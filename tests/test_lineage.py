@@ -80,6 +80,10 @@ def test_the_data_description_names_back_translated_sentences(tmp_path):
     assert data_description(tmp_path) == ("Ding + 1,234 sentence pairs from 2 Debian packages + 18,875 back-translated "
                                           "German sentences of fortunes-de + 10,803 tagged back-translated English "
                                           "sentences of fortunes, extra.txt")
+    sheet["sentence_kind"] = {"kind": "ding_sentence", "rows": 18505}
+    (tmp_path / "datasheet.json").write_text(json.dumps(sheet))
+    assert data_description(tmp_path).endswith("sentences of fortunes, extra.txt (18,505 Ding example sentences as "
+                                               "kind ding_sentence)")
     (tmp_path / "datasheet.json").write_text(json.dumps({"backtranslation": {"pairs_added": "many"}}))
     assert data_description(tmp_path) == "Ding German-English dictionary + back-translated sentences"
 
