@@ -387,7 +387,8 @@ def _parser() -> argparse.ArgumentParser:
                          "direction), e.g. en-de=DIR_A de-en=DIR_B")
     ap.add_argument("--pack", nargs="+", metavar="DATA... OUT",
                     help="instead of training: pack prepared data folders into OUT (.tar.gz, or .tar.xz: smaller) for "
-                         "the device machine and exit; a later folder that extends the first is stored as what it adds")
+                         "the device machine and exit; a later folder's file that begins like the first folder's is stored as what it "
+                         "adds")
     ap.add_argument("--unpack", nargs=2, metavar=("PACK", "DEST"),
                     help="instead of training: unpack a --pack archive into DEST (rebuilding and checking the later "
                          "folders) and exit")
