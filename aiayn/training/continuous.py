@@ -37,7 +37,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .allocator import ALLOCATORS, allocator_env, describe
 
