@@ -328,14 +328,14 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--tgt-col", default="en")
     p.add_argument("--no-header", action="store_true", help="no header line; columns are 0-based positions")
     common(p)
-    p = sub.add_parser("sentence-kind", help="a copy of a prepared folder whose train_kinds.txt gives Ding's example "
-                       "sentences the kind ding_sentence, for --kind-weights (aiayn.data.kinds)")
-    p.add_argument("--data", required=True, help="a folder of `aiayn data debian` (or `aiayn backtranslate`)")
-    p.add_argument("--out", required=True, help="the new folder (must not exist)")
     p = sub.add_parser("moses", help="two line-aligned text files")
     p.add_argument("src")
     p.add_argument("tgt")
     common(p)
+    p = sub.add_parser("sentence-kind", help="a copy of a prepared folder whose train_kinds.txt gives Ding's example "
+                       "sentences the kind ding_sentence, for --kind-weights (aiayn.data.kinds)")
+    p.add_argument("--data", required=True, help="a folder of `aiayn data debian` (or `aiayn backtranslate`)")
+    p.add_argument("--out", required=True, help="the new folder (must not exist)")
     args = ap.parse_args(argv)
     out = Path(args.out).expanduser()
     try:
