@@ -84,6 +84,34 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def check_outside(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> None:
+    """Raise ValueError unless ``out_dir`` lies outside ``data_dir`` and does not hold it (a folder derived from
+    another must not replace or contain it)."""
+    src, dst = Path(data_dir).expanduser().resolve(), Path(out_dir).expanduser().resolve()
+    if src == dst or src in dst.parents or dst in src.parents:
+        raise ValueError(f"the output folder {out_dir} must lie outside the data folder {data_dir} (and not hold it)")
+
+
+@contextlib.contextmanager
+def derived_data_folder(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary copy of the prepared data folder ``data_dir`` (every file but the token cache ``cache/``,
+    which training rebuilds) to change; on success it becomes ``out_dir`` (:func:`atomic_dir`: an existing one is
+    replaced), with the permissions of a folder made under the umask (mkdtemp's are private), on any error nothing
+    is left. Used by ``aiayn backtranslate`` and ``aiayn data sentence-kind``.
+
+    Raises:
+        ValueError: ``out_dir`` is ``data_dir``, lies inside it or holds it.
+    """
+    data_dir, out_dir = Path(data_dir).expanduser(), Path(out_dir).expanduser()
+    check_outside(data_dir, out_dir)
+    mask = os.umask(0)
+    os.umask(mask)
+    with atomic_dir(out_dir) as tmp:
+        tmp.chmod(0o777 & ~mask)
+        shutil.copytree(data_dir, tmp, dirs_exist_ok=True, ignore=lambda d, names: ["cache"] if Path(d) == data_dir else [])
+        yield tmp
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes, read in 1 MiB blocks.
 

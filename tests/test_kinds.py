@@ -3,6 +3,7 @@ of a prepared folder, so that ``--kind-weights`` can weight them; nothing else c
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def test_a_copy_relabels_the_kinds_and_changes_nothing_else(folder, tmp_path, ca
     for name in ("train.tsv", "valid.tsv"):
         assert (out / name).read_bytes() == (folder / name).read_bytes()
     assert not (out / "cache").exists() and (folder / "train_kinds.txt").read_text().split() == KINDS
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~mask  # a shared data folder, not mkdtemp's private one
     sheet = json.loads((out / "datasheet.json").read_text())
     assert sheet["sentence_kind"]["rows"] == 3 and sheet["sentence_kind"]["rule"] == RULE
     assert sheet["kinds"]["train_pairs"] == {"ding": 4, KIND: 3, "ui": 1}
@@ -67,7 +71,8 @@ def test_a_copy_relabels_the_kinds_and_changes_nothing_else(folder, tmp_path, ca
 
 
 def test_bad_folders_are_one_line_errors(folder, tmp_path, capsys):
-    cases = [(["--data", str(folder), "--out", str(folder)], "exists"),
+    cases = [(["--data", str(folder), "--out", str(folder)], "must lie outside the data folder"),
+             (["--data", str(folder), "--out", str(folder / "inside")], "must lie outside the data folder"),
              (["--data", str(tmp_path / "none"), "--out", str(tmp_path / "n2")], "does not exist")]
     once = tmp_path / "once"
     write_sentence_kind_folder(folder, once)

@@ -38,13 +38,12 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from ..files import atomic_dir, sha256_file
+from ..files import check_outside, derived_data_folder, sha256_file
 from .corpora import collapse_whitespace, read_lines, read_tsv
 from .debian import DEFAULT_DEB_DIR
 from .splits import normalize, substring_hits
@@ -243,13 +242,6 @@ def backtranslate(translator: "Translator", sentences: Sequence[str], *, directi
     return out
 
 
-def _umask() -> int:
-    """The process umask (read by setting it and back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _count_rows(path: Path) -> tuple[int, bool]:
     """``(lines, ends with a newline)`` of a text file (a last line without a newline counts)."""
     data = path.read_bytes()
@@ -285,9 +277,7 @@ def write_backtranslated_folder(data_dir: str | Path, out_dir: str | Path, pairs
         if not f.is_file():
             raise FileNotFoundError(f"{f} does not exist: back-translation needs a folder prepared by "
                                     "`aiayn data debian` (train.tsv with one kind per row in train_kinds.txt)")
-    src, dst = data_dir.resolve(), out_dir.resolve()
-    if src == dst or src in dst.parents or dst in src.parents:
-        raise ValueError(f"the output folder {out_dir} must lie outside the data folder {data_dir} (and not hold it)")
+    check_outside(data_dir, out_dir)
     if out_dir.exists() and not force:
         raise FileExistsError(f"{out_dir} exists (pass --force to replace it)")
     if not _KIND_NAME.fullmatch(kind) or kind in ("none", "default"):
@@ -312,10 +302,7 @@ def write_backtranslated_folder(data_dir: str | Path, out_dir: str | Path, pairs
         if not isinstance(sheet, dict):
             raise ValueError(f"{sheet_path} does not hold a JSON object")
 
-    with atomic_dir(out_dir) as tmp:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes a private folder; the data folder is shared like any other
-        shutil.copytree(data_dir, tmp, dirs_exist_ok=True,
-                        ignore=lambda d, names: ["cache"] if Path(d) == data_dir else [])
+    with derived_data_folder(data_dir, out_dir) as tmp:  # refuses an out_dir inside data_dir (or holding it)
         with open(tmp / "train.tsv", "a", encoding="utf-8", newline="\n") as fh:
             if not newline_end:
                 fh.write("\n")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 __all__ = ["KIND", "FROM_KIND", "RULE", "is_example_sentence", "sentence_kinds", "write_sentence_kind_folder"]
@@ -69,24 +68,24 @@ def write_sentence_kind_folder(data_dir: str | Path, out_dir: str | Path) -> dic
 
     Raises:
         FileNotFoundError: ``data_dir`` lacks ``train.tsv`` or ``train_kinds.txt``.
-        FileExistsError: ``out_dir`` exists, or is ``data_dir``.
-        ValueError: the kinds do not match the rows, or the folder has the kind already.
+        FileExistsError: ``out_dir`` exists.
+        ValueError: ``out_dir`` is ``data_dir``, inside it or holds it; the kinds do not match the rows, or the folder
+            has the kind already.
     """
-    from ..files import atomic_dir, sha256_file
+    from ..files import check_outside, derived_data_folder, sha256_file
 
     data_dir, out_dir = Path(data_dir).expanduser(), Path(out_dir).expanduser()
     for name in ("train.tsv", "train_kinds.txt"):
         if not (data_dir / name).is_file():
             raise FileNotFoundError(f"{data_dir / name} does not exist (a folder of `aiayn data debian` has it)")
-    if out_dir.exists() or out_dir.resolve() == data_dir.resolve():
+    check_outside(data_dir, out_dir)
+    if out_dir.exists():
         raise FileExistsError(f"{out_dir} exists; give a new folder")
     lines = (data_dir / "train.tsv").read_text(encoding="utf-8").split("\n")
     rows = lines[1:-1] if lines[-1] == "" else lines[1:]  # the header first; the file ends with a newline
     kinds = sentence_kinds(rows, (data_dir / "train_kinds.txt").read_text(encoding="utf-8").split())
     counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
-    with atomic_dir(out_dir) as tmp:
-        shutil.copytree(data_dir, tmp, dirs_exist_ok=True,
-                        ignore=lambda d, names: ["cache"] if Path(d) == data_dir else [])
+    with derived_data_folder(data_dir, out_dir) as tmp:
         (tmp / "train_kinds.txt").write_text("".join(f"{k}\n" for k in kinds), encoding="utf-8")
         sheet_path = tmp / "datasheet.json"
         sheet = json.loads(sheet_path.read_text(encoding="utf-8")) if sheet_path.is_file() else {}
