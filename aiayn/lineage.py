@@ -55,17 +55,17 @@ def data_description(data_dir: str | Path | None) -> str:
         what = f"Ding + {pairs:,} sentence pairs from {len(sources)} Debian packages"
     else:
         what = "Ding German-English dictionary"
-    what += "".join(_backtranslated(r) for r in _bt_records(sheet.get("backtranslation")))
+    what += "".join(_backtranslated(r) for r in backtranslation_records(sheet))
     relabel = sheet.get("sentence_kind")  # aiayn data sentence-kind: a kind of its own for a training mix to weight
     if isinstance(relabel, dict) and isinstance(relabel.get("rows"), int):
         what += f" ({relabel['rows']:,} Ding example sentences as kind {relabel.get('kind', 'ding_sentence')})"
     return what
 
 
-def _bt_records(record: Any) -> list[dict[str, Any]]:
+def backtranslation_records(sheet: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``backtranslation`` records of a datasheet (``aiayn backtranslate`` keeps the earlier one under
-    ``previous``), oldest first."""
-    records = []
+    ``previous``), oldest first; ``[]`` without one."""
+    record, records = sheet.get("backtranslation"), []
     while isinstance(record, dict):
         records.append(record)
         record = record.get("previous")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..checkpoint_format import CONFIG_FILE
 from ..files import atomic_write_text
-from ..lineage import lifetime, short_path
+from ..lineage import backtranslation_records, lifetime, short_path
 
 EVERYDAY = {
     "en": ["I have no time.", "The cat sat on the mat.", "Where is the train station?", "We will meet tomorrow morning.",
@@ -117,12 +117,8 @@ def backtranslation_lines(sheet: dict[str, Any]) -> list[str]:
     ``backtranslation`` record, and the earlier records it keeps under ``previous``), one corpus line each, newest
     last: the language and count of the real sentences, their packages with version, sha256 and licence (or the
     file), the model that translated them and the kind. ``[]`` for a folder without back-translation."""
-    records, rec = [], sheet.get("backtranslation")
-    while isinstance(rec, dict):
-        records.append(rec)
-        rec = rec.get("previous")
     lines = []
-    for n, r in enumerate(reversed(records), start=3):
+    for n, r in enumerate(backtranslation_records(sheet), start=3):
         src = r.get("source") or {}
         srcs = src if isinstance(src, list) else [src]
         what = ", ".join(f"Debian `{x['package']}` {x.get('version', '')} (sha256 `{x.get('sha256', 'n/a')}`, "
