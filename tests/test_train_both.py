@@ -290,11 +290,12 @@ def test_a_damaged_pack_and_bad_pack_arguments_are_one_line_errors(data, tmp_pat
     with tarfile.open(bad, "w:gz") as tar:
         for p in sorted(dest.rglob("*")):
             tar.add(p, arcname=str(p.relative_to(dest)), recursive=False)
-    cases = [(["--unpack", str(bad), str(tmp_path / "d2")], "does not match what was packed"),
+    cases = [(["--unpack", str(bad), str(tmp_path / "d2")], "two/train.tsv rebuilt from one/train.tsv does not match"),
              (["--unpack", str(tmp_path / "none.tar.gz"), str(tmp_path / "d3")], "cannot unpack"),
              (["--pack", str(first), str(tmp_path / "c" / "one"), str(tmp_path / "q.tar.gz")], "different names"),
              (["--pack", str(tmp_path / "q.tar.gz")], "one or more data folders")]
     shutil.copytree(first, tmp_path / "c" / "one")
+    assert cli_main(cases[0][0]) == 2 and "cannot rebuild" not in capsys.readouterr().err  # said once, not wrapped
     for argv, message in cases:
         assert cli_main(argv) == 2
         err = capsys.readouterr().err
@@ -324,7 +325,8 @@ def test_data_for_gives_each_direction_its_own_folder(data, tmp_path, capsys):
         assert cli_main(base + argv) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
-    assert both._plan(both._parser().parse_args(base + ["--data-for", f"en-de={data}", "--directions", "en-de"]))
+    one = both._plan(both._parser().parse_args(base + ["--data-for", f"en-de={data}", "--directions", "en-de"]))
+    assert one["data_for"] == {"en-de": data.resolve()}  # a direction left out needs no folder
 
 
 # -- end to end -------------------------------------------------------------------------------------------------

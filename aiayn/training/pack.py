@@ -154,6 +154,8 @@ def unpack_data(pack: str | Path, dest: str | Path) -> list[Path]:
     try:
         for rel, want in tails.items():
             _rebuild(pack, dest, base, rel, want)
+    except BadPack:  # its own message already names the file (BadPack is a ValueError)
+        raise
     except (OSError, KeyError, TypeError, ValueError) as exc:
         raise BadPack(f"{pack}: cannot rebuild the packed folders ({exc})") from None
     manifest_path.unlink()
