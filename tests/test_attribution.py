@@ -117,6 +117,28 @@ def test_rank_agreement_equals_scipy_on_fixed_arrays_with_ties():
     assert at.rank_agreement(a, -a) == pytest.approx((-1.0, -1.0))
 
 
+def test_rank_agreements_of_many_rows_equal_scipy_row_by_row():
+    """The vectorized statistics against scipy's one-row functions: rows with ties (values on a coarse grid),
+    constant rows on either side (NaN), lengths 2 to 40, and rows of a map broadcast against one attribution."""
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 7, 40):
+        a = rng.integers(0, 4, size=(60, n)).astype(float)  # many ties
+        b = rng.normal(size=(60, n)).round(1)
+        a[5], b[9] = 2.0, -1.0  # constant rows
+        got = at.rank_agreements(a, b)
+        for r in range(60):
+            if np.ptp(a[r]) == 0 or np.ptp(b[r]) == 0:
+                assert np.isnan(got[r]).all()
+                continue
+            assert got[r, 0] == pytest.approx(stats.spearmanr(a[r], b[r]).statistic, abs=1e-12), (n, r)
+            assert got[r, 1] == pytest.approx(stats.kendalltau(a[r], b[r]).statistic, abs=1e-12), (n, r)
+    assert np.isnan(at.rank_agreements(np.zeros((3, 1)), np.ones((3, 1)))).all()
+    with pytest.raises(ValueError):
+        at.rank_agreements(np.zeros((2, 3)), np.zeros((3, 3)))
+    with pytest.raises(ValueError):
+        at.rank_agreements(np.array([[0.0, np.inf]]), np.zeros((1, 2)))
+
+
 def test_rank_agreement_is_nan_where_undefined():
     for a, b in [([1.0, 1.0, 1.0], [0.1, 0.2, 0.3]), ([0.1, 0.2, 0.3], [2.0, 2.0, 2.0]), ([1.0], [2.0])]:
         assert all(np.isnan(at.rank_agreement(np.array(a), np.array(b))))

@@ -189,24 +189,58 @@ def source_share(source: np.ndarray, prefix: np.ndarray) -> np.ndarray:
 
 
 def rank_agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """``(Spearman's rho, Kendall's tau-b)`` of two 1-D arrays (:func:`scipy.stats.spearmanr`,
-    :func:`scipy.stats.kendalltau`); ``(nan, nan)`` when either is constant or has fewer than two entries (rank
-    correlations are undefined there: no warning, no made-up number). Ties are handled by average ranks
-    (Spearman) and tau-b's tie correction (Kendall).
+    """``(Spearman's rho, Kendall's tau-b)`` of two 1-D arrays (:func:`rank_agreements` of one row, which gives
+    what :func:`scipy.stats.spearmanr` and :func:`scipy.stats.kendalltau` give); ``(nan, nan)`` when either is
+    constant or has fewer than two entries (rank correlations are undefined there: no warning, no made-up number).
+    Ties are handled by average ranks (Spearman) and tau-b's tie correction (Kendall).
 
     Raises:
         ValueError: not 1-D arrays of equal length, or non-finite values.
     """
-    from scipy import stats
-
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.ndim != 1 or a.shape != b.shape:
         raise ValueError(f"want two 1-D arrays of equal length, got {a.shape} and {b.shape}")
+    rho, tau = rank_agreements(a[None], b[None])[0]
+    return float(rho), float(tau)
+
+
+def rank_agreements(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman's rho and Kendall's tau-b of each row of ``a`` with the same row of ``b``, all rows at once.
+
+    Spearman's rho is Pearson's r of the average ranks (:func:`scipy.stats.rankdata`, :func:`scipy.stats.pearsonr`
+    along the last axis). Kendall's tau-b (Kendall 1945) is ``sum_{i<j} sgn(a_i - a_j) sgn(b_i - b_j) /
+    sqrt(n_a n_b)``, where ``n_a`` counts the pairs not tied in ``a`` and ``n_b`` those not tied in ``b``: the
+    statistic of :func:`scipy.stats.kendalltau` (variant "b"), computed over every pair of every row with NumPy,
+    because scipy's takes one row a call, and a sentence has thousands of rows (every head, row and reading).
+
+    Args:
+        a, b: ``(R, n)`` float arrays of equal shape.
+
+    Returns:
+        ``(R, 2)`` float64 ``(rho, tau)`` per row; NaN where a row of either is constant or ``n < 2``.
+
+    Raises:
+        ValueError: shapes that are not ``(R, n)`` and equal; non-finite values.
+    """
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(f"want two (R, n) arrays of equal shape, got {a.shape} and {b.shape}")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise ValueError("rank agreement of non-finite values")
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan"), float("nan")
-    return float(stats.spearmanr(a, b).statistic), float(stats.kendalltau(a, b).statistic)
+    out = np.full((a.shape[0], 2), np.nan)
+    if a.shape[1] < 2:
+        return out
+    ok = (np.ptp(a, axis=1) > 0) & (np.ptp(b, axis=1) > 0)
+    if not ok.any():
+        return out
+    a, b = a[ok], b[ok]
+    out[ok, 0] = stats.pearsonr(stats.rankdata(a, axis=1), stats.rankdata(b, axis=1), axis=1).statistic
+    sa = np.sign(a[:, :, None] - a[:, None, :])  # (R, n, n): each pair twice, the diagonal 0, so the 2s cancel
+    sb = np.sign(b[:, :, None] - b[:, None, :])
+    out[ok, 1] = np.einsum("rij,rij->r", sa, sb) / np.sqrt(np.abs(sa).sum((1, 2)) * np.abs(sb).sum((1, 2)))
+    return out
 
 
 def row_agreement(attr: np.ndarray, maps: np.ndarray) -> np.ndarray:
@@ -220,14 +254,14 @@ def row_agreement(attr: np.ndarray, maps: np.ndarray) -> np.ndarray:
         ``(..., T, 2)`` float64: Spearman's rho and Kendall's tau per row (NaN as :func:`rank_agreement`).
 
     Raises:
-        ValueError: shapes that do not match.
+        ValueError: shapes that do not match; non-finite values.
     """
     attr, maps = np.asarray(attr, dtype=np.float64), np.asarray(maps, dtype=np.float64)
     if attr.ndim != 2 or maps.shape[-2:] != attr.shape:
         raise ValueError(f"want attr (T, S) and maps (..., T, S) with the same (T, S), got {attr.shape}, {maps.shape}")
     flat = maps.reshape(-1, *attr.shape)
-    out = np.array([[rank_agreement(row, m[t]) for t, row in enumerate(attr)] for m in flat])
-    return out.reshape(*maps.shape[:-1], 2)
+    rows = rank_agreements(np.broadcast_to(attr, flat.shape).reshape(-1, attr.shape[1]), flat.reshape(-1, attr.shape[1]))
+    return rows.reshape(*maps.shape[:-1], 2)
 
 
 #: the attention readings :func:`agreement_readings` compares attribution with.
