@@ -14,6 +14,10 @@ if TYPE_CHECKING:  # annotations only: aiayn.model.maps imports torch
     from .model.maps import AttentionMaps
 
 
+#: the languages of the shipped models, by code (for messages and cards: "German", not "de")
+LANGUAGE_NAMES = {"en": "English", "de": "German"}
+
+
 def clean_text(text: Any) -> str:
     """Input hygiene: control and format characters become spaces, whitespace is collapsed.
 

@@ -18,10 +18,10 @@ from aiayn.figures.attention import AXIS_TITLES, attention_heatmap
 from aiayn.figures.reranking import recovery_bars
 from aiayn.evaluation.modelcard import quality_verdict
 from aiayn.reranking import DEFAULT_WEIGHT, reverse_direction
+from aiayn.translation import LANGUAGE_NAMES
 
 DEFAULTS = {"en-de": "I have no time.", "de-en": "Ich habe keine Zeit."}
 BEAM_MAX = 16
-LANGS = {"en": "English", "de": "German"}
 MAX_INPUT = 5000  # characters the page accepts (longer input is cut, with a note)
 SPLIT_ABOVE = 300  # input longer than this is split into sentences (aiayn.analysis.split_sentences)
 UNSEEN_SHARE = 0.3  # share of letters in another script, or of byte pieces, from which the page says so
@@ -115,10 +115,10 @@ n_bytes = sum(bool(BYTE_PIECE.fullmatch(p)) for p in src_pieces)
 if share >= UNSEEN_SHARE or (src_pieces and n_bytes / len(src_pieces) >= UNSEEN_SHARE):
     names = ", ".join(x if x == "CJK" else x.title() for x in scripts)
     seen = f"{share:.0%} of the letters are in a script it never saw ({names}); " if scripts else ""
-    st.warning(f"**This model only knows English and German** (it was trained on {LANGS[ctx.src_lang]} → "
-               f"{LANGS[ctx.tgt_lang]} sentence pairs). {seen}{n_bytes} of the {len(src_pieces)} source pieces are "
+    st.warning(f"**This model only knows English and German** (it was trained on {LANGUAGE_NAMES[ctx.src_lang]} → "
+               f"{LANGUAGE_NAMES[ctx.tgt_lang]} sentence pairs). {seen}{n_bytes} of the {len(src_pieces)} source pieces are "
                "raw bytes (`<0x..>`): its vocabulary has no piece for those characters. The output below is not a "
-               f"translation; type {LANGS[ctx.src_lang]}.", icon=":material/translate:")
+               f"translation; type {LANGUAGE_NAMES[ctx.src_lang]}.", icon=":material/translate:")
 else:  # the other language of the pair: German typed into en-de, English into de-en
     ui.language_hint(cleaned, ctx.src_lang, ctx.tgt_lang)
 if n > 1:

@@ -14,7 +14,7 @@ import re
 import unicodedata
 from typing import Any
 
-from ..translation import clean_text
+from ..translation import LANGUAGE_NAMES, clean_text
 
 #: longest sentence the app translates, in characters (longer input is cut, with a message).
 MAX_CHARS = 1000
@@ -80,8 +80,6 @@ def unseen_script_share(text: str) -> tuple[float, list[str]]:
     return len(foreign) / len(letters), sorted({unicodedata.name(c, "UNKNOWN").split()[0] for c in foreign})
 
 
-#: the languages of the shipped models, by code (for messages: "German", not "de")
-LANGUAGE_NAMES = {"en": "English", "de": "German"}
 
 #: frequent function words (articles, pronouns, auxiliaries, conjunctions, prepositions) of each language that are
 #: not words of the other one; words both use or that mean something else there ("in", "so", "also", "an",

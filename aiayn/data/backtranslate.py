@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from ..files import check_outside, derived_data_folder, sha256_file
+from ..translation import LANGUAGE_NAMES
 from .corpora import collapse_whitespace, read_lines, read_tsv
 from .debian import DEFAULT_DEB_DIR
 from .splits import normalize, substring_hits
@@ -59,8 +60,6 @@ __all__ = ["KIND", "KINDS", "LANGUAGE_NAMES", "BACKWARD_DIRECTION", "HELD_OUT_SP
 KINDS = {"de": "backtranslated", "en": "backtranslated-en"}
 #: the kind of back-translated German (``KINDS["de"]``)
 KIND = KINDS["de"]
-#: the languages' names in messages and datasheets
-LANGUAGE_NAMES = {"de": "German", "en": "English"}
 #: the direction of the model that back-translates text of a language (target -> source): German text needs a de-en
 #: model, English text an en-de one. The pairs then train the opposite direction.
 BACKWARD_DIRECTION = {"de": "de-en", "en": "en-de"}

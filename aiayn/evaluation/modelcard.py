@@ -16,6 +16,7 @@ from typing import Any
 from ..checkpoint_format import CONFIG_FILE
 from ..files import atomic_write_text
 from ..lineage import backtranslation_records, lifetime, short_path
+from ..translation import LANGUAGE_NAMES
 
 EVERYDAY = {
     "en": ["I have no time.", "The cat sat on the mat.", "Where is the train station?", "We will meet tomorrow morning.",
@@ -124,7 +125,7 @@ def backtranslation_lines(sheet: dict[str, Any]) -> list[str]:
         what = ", ".join(f"Debian `{x['package']}` {x.get('version', '')} (sha256 `{x.get('sha256', 'n/a')}`, "
                          f"**{x.get('licence', 'see copyright file')}**)" if "package" in x else
                          f"`{x.get('file', '?')}` (sha256 `{x.get('sha256', 'n/a')}`)" for x in srcs)
-        language = {"de": "German", "en": "English"}.get(r.get("language", "de"), r.get("language", "German"))
+        language = LANGUAGE_NAMES.get(r.get("language", "de"), r.get("language", "German"))
         lines.append(f"- Corpus {n} (back-translation, Sennrich et al. 2016): {r.get('pairs_added', 0):,} real {language} "
                      f"sentences of {what}, translated by `{r.get('checkpoint', '?')}` (beam {r.get('beam_size', '?')}) "
                      "into synthetic sources"
@@ -170,7 +171,7 @@ def _intro_lines(ckpt: Path, config: dict[str, Any], datasheet: dict[str, Any] |
     meta = config.get("meta", {})
     direction = meta.get("direction", ckpt.name)
     src, tgt = direction.split("-") if "-" in direction else ("?", "?")
-    names = {"en": "English", "de": "German"}
+    names = LANGUAGE_NAMES
     init_from = (meta.get("train_config") or {}).get("init_from") or ""
     life = lifetime(meta)
     corpus = ("the Ding German-English dictionary corpus and the German translations of Debian packages"
