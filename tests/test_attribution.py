@@ -117,15 +117,18 @@ def test_rank_agreement_equals_scipy_on_fixed_arrays_with_ties():
     assert at.rank_agreement(a, -a) == pytest.approx((-1.0, -1.0))
 
 
-def test_rank_agreements_of_many_rows_equal_scipy_row_by_row():
+def test_rank_agreements_of_many_rows_equal_scipy_row_by_row(monkeypatch):
     """The vectorized statistics against scipy's one-row functions: rows with ties (values on a coarse grid),
-    constant rows on either side (NaN), lengths 2 to 40, and rows of a map broadcast against one attribution."""
+    constant rows on either side (NaN), lengths 2 to 40, and more rows than one block of pair signs holds."""
     rng = np.random.default_rng(7)
     for n in (2, 3, 7, 40):
         a = rng.integers(0, 4, size=(60, n)).astype(float)  # many ties
         b = rng.normal(size=(60, n)).round(1)
         a[5], b[9] = 2.0, -1.0  # constant rows
         got = at.rank_agreements(a, b)
+        monkeypatch.setattr(at, "_PAIR_BLOCK", 3 * n * n)  # blocks of 3 rows, the last one short
+        np.testing.assert_array_equal(at.rank_agreements(a, b), got)
+        monkeypatch.undo()
         for r in range(60):
             if np.ptp(a[r]) == 0 or np.ptp(b[r]) == 0:
                 assert np.isnan(got[r]).all()

@@ -80,7 +80,6 @@ def unseen_script_share(text: str) -> tuple[float, list[str]]:
     return len(foreign) / len(letters), sorted({unicodedata.name(c, "UNKNOWN").split()[0] for c in foreign})
 
 
-
 #: frequent function words (articles, pronouns, auxiliaries, conjunctions, prepositions) of each language that are
 #: not words of the other one; words both use or that mean something else there ("in", "so", "also", "an",
 #: "was", "will", "war", "man", "hat" ...) are left out, so one of these words is evidence for its language

@@ -171,7 +171,6 @@ def _intro_lines(ckpt: Path, config: dict[str, Any], datasheet: dict[str, Any] |
     meta = config.get("meta", {})
     direction = meta.get("direction", ckpt.name)
     src, tgt = direction.split("-") if "-" in direction else ("?", "?")
-    names = LANGUAGE_NAMES
     init_from = (meta.get("train_config") or {}).get("init_from") or ""
     life = lifetime(meta)
     corpus = ("the Ding German-English dictionary corpus and the German translations of Debian packages"
@@ -185,7 +184,7 @@ def _intro_lines(ckpt: Path, config: dict[str, Any], datasheet: dict[str, Any] |
                  f"`--init-from`), on {corpus}")
     else:
         start = f"trained from scratch with `aiayn` on {corpus}"
-    lines = [f"# Model card: aiayn {direction} ({names.get(src, src)} -> {names.get(tgt, tgt)})", "",
+    lines = [f"# Model card: aiayn {direction} ({LANGUAGE_NAMES.get(src, src)} -> {LANGUAGE_NAMES.get(tgt, tgt)})", "",
              f"A Transformer (Vaswani et al. 2017) {start}. "
              f"{config.get('num_parameters', 0) / 1e6:.2f}M parameters, weights stored in {config.get('dtype')} "
              "(`model.safetensors`), joint SentencePiece BPE vocabulary (`spm.model`).", ""]
