@@ -300,7 +300,12 @@ def _summary(sheet: dict, out: Path) -> str:
 
 
 def cli_main(argv: list[str]) -> int:
-    """``aiayn data {ding,debian,tsv,moses} ...``: prepare a data folder; returns the exit code (0 ok, 1 error)."""
+    """``aiayn data {ding,debian,tsv,moses,sentence-kind,all} ...``: prepare a data folder (``all``: every folder the
+    training recipes read, :mod:`aiayn.data.chain`); returns the exit code (0 ok, 1 error, 2 bad input to ``all``)."""
+    if argv[:1] == ["all"]:
+        from .chain import cli_main as chain_main
+
+        return chain_main(argv[1:])
     ap = argparse.ArgumentParser(prog="aiayn data", description="Obtain and prepare parallel data.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -336,6 +341,9 @@ def cli_main(argv: list[str]) -> int:
                        "sentences the kind ding_sentence, for --kind-weights (aiayn.data.kinds)")
     p.add_argument("--data", required=True, help="a folder of `aiayn data debian` (or `aiayn backtranslate`)")
     p.add_argument("--out", required=True, help="the new folder (must not exist)")
+    sub.add_parser("all", add_help=False, help="every folder the training recipes read, in order: debian, its "
+                   "-shipspm copy, both back-translations, both sentence-kind copies (aiayn.data.chain; "
+                   "`aiayn data all --help`)")
     args = ap.parse_args(argv)
     out = Path(args.out).expanduser()
     try:

@@ -169,7 +169,13 @@ def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
     ship_spm = (shipped / "spm.model").read_bytes()
     if (data / "spm.model").is_file() and (data / "spm.model").read_bytes() == ship_spm:
         return data
-    out = data.parent / f"{data.name}-shipspm"
+    return link_with_spm(data, data.parent / f"{data.name}-shipspm", ship_spm)
+
+
+def link_with_spm(data: Path, out: Path, spm: bytes) -> Path:
+    """``out`` (made if missing) with links to ``data``'s split, datasheet, dictionary and ``train_kinds.txt`` files
+    and ``spm`` as its ``spm.model``; returns ``out``. Each file is replaced atomically, so two processes may write
+    the same folder at once (:func:`data_with_shipped_spm`, ``aiayn data all``)."""
     out.mkdir(parents=True, exist_ok=True)
     # each file is made under a name of this call's own and moved into place (os.replace is atomic): both
     # directions started at once write the same folder (session 17: the second start's unlink-then-link failed)
@@ -179,7 +185,7 @@ def data_with_shipped_spm(data: Path, shipped: Path) -> Path:
             tmp.symlink_to(f.resolve())
             os.replace(tmp, out / f.name)
     tmp = out / f".spm.model.{uuid.uuid4().hex}"
-    tmp.write_bytes(ship_spm)
+    tmp.write_bytes(spm)
     os.replace(tmp, out / "spm.model")
     return out
 
@@ -278,7 +284,8 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
     given = args.data or (shipped_meta.get("train_config") or {}).get("data_dir")
     if not given or not Path(given).expanduser().is_dir():
         raise BadInput(f"no run to resume ({run} holds no state) and no data folder for a warm start "
-                       f"({given or 'none named'}): give --data DIR (e.g. `aiayn data debian`'s output)")
+                       f"({given or 'none named'}): give --data DIR (e.g. `aiayn data debian`'s "
+                       "output), or build the folders the recipes read with `aiayn data all` (docs/data.md)")
     data = data_with_shipped_spm(Path(given).expanduser(), shipped)
     _check_mix(data, extra)
     inherited = shipped_mix(shipped_meta)
