@@ -27,6 +27,7 @@ Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -204,24 +205,33 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
     from .flops import gpu_bf16_peak_tflops
 
     data_dir, run_dir = Path(spec["data_dir"]), Path(spec["run_dir"])
-    shutil.rmtree(run_dir, ignore_errors=True)
+    rank = int(os.environ.get("RANK", "0"))  # a torchrun worker (measure_processes): rank 0 owns the run folder
+    if rank == 0:
+        shutil.rmtree(run_dir, ignore_errors=True)
     tc = TrainConfig(str(data_dir), str(run_dir), preset=spec["preset"], model_overrides=dict(spec["overrides"]),
-                     max_tokens=int(spec["max_tokens"]), accumulation=1, warmup_steps=4000, max_steps=int(spec["steps"]),
+                     max_tokens=int(spec["max_tokens"]), accumulation=int(spec.get("accumulation", 1)), warmup_steps=4000,
+                     max_steps=int(spec["steps"]),
                      valid_every=10 * int(spec["log_every"]), valid_bleu_sentences=0, save_every=10**9, keep=1,
                      compile=bool(spec.get("compile")), threads=int(spec.get("threads", 0)), record_attention=False,
                      **dict(spec.get("recipe") or {}))
     t0 = time.perf_counter()
     train(tc, log=lambda m: None)
     wall = time.perf_counter() - t0
+    if rank != 0:
+        return {}
     recs = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     timed = [r["tokens_per_s"] for r in recs[1:]] or [r["tokens_per_s"] for r in recs]
     tok = Tokenizer.load(data_dir / "spm.model")
     overrides = dict(tc.model_overrides, vocab_size=tok.vocab_size, max_len=max(256, tc.max_len + 2))
     cfg = TransformerConfig.preset(tc.preset, **overrides)
     decided = json.loads((run_dir / "train_config.json").read_text())
+    from aiayn.training.state import list_states
+
+    states = list_states(run_dir)  # the last step is always saved: how many target tokens the run trained on
+    last = json.loads((states[-1] / "trainer_state.json").read_text()) if states else {}
     out: dict[str, Any] = {"threads": decided.get("threads"), "amp_cpu": decided.get("amp_cpu"),
                            "tokens_per_s": float(np.median(timed)), "records": [{k: r[k] for k in ("step", "tokens_per_s")} for r in recs],
-                           "wall_s": wall, "steps": tc.max_steps, "compile": tc.compile, "d_model": cfg.d_model,
+                           "wall_s": wall, "steps": tc.max_steps, "train_tokens": last.get("tokens"), "compile": tc.compile, "d_model": cfg.d_model,
                            "n_layers": cfg.n_layers, "vocab_size": cfg.vocab_size, "max_tokens": tc.max_tokens,
                            "device": "cuda" if torch.cuda.is_available() else "cpu", "mfu": None}
     if spec.get("flops"):
@@ -338,10 +348,15 @@ def _speedup_rows(res: dict[str, Any]) -> list:
     ]
 
 
-def _loop_in_worker(spec: dict[str, Any], timeout: float, allocator: str = "glibc") -> tuple[dict[str, Any] | None, str]:
+def _loop_in_worker(spec: dict[str, Any], timeout: float, allocator: str = "glibc",
+                    processes: int = 1) -> tuple[dict[str, Any] | None, str]:
+    """:func:`measure_loop` in a fresh process, or with ``processes`` > 1 in that many under ``torchrun``
+    (``torch.distributed.run --standalone``: DistributedDataParallel over gloo, rank 0 reports)."""
     from aiayn.training.allocator import allocator_env
 
-    cmd = [sys.executable, "-m", "benchmarks.trainer", json.dumps(spec)]
+    launch = ([] if processes == 1 else
+              ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"])
+    cmd = [sys.executable, *launch, "-m", "benchmarks.trainer", json.dumps(spec)]
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=allocator_env(worker_env(int(spec.get("threads") or 1)), allocator),
                               capture_output=True, text=True, timeout=timeout)
@@ -354,6 +369,53 @@ def _loop_in_worker(spec: dict[str, Any], timeout: float, allocator: str = "glib
         return json.loads(proc.stdout.strip().splitlines()[-1]), ""
     except (IndexError, json.JSONDecodeError):
         return None, f"worker printed no JSON result: {proc.stdout[-200:]!r}"
+
+
+def measure_processes(spec: dict[str, Any], rounds: int, cores: int, log=lambda m: None) -> dict[str, Any]:
+    """The default loop on ``cores`` cores two ways, in worker processes on the allocator ``train-on`` gives its
+    children, alternated ``rounds`` times: one process with ``cores`` threads and ``cores`` micro-batches per step,
+    against ``cores`` processes of one thread each under ``torchrun`` (DistributedDataParallel over gloo, one
+    micro-batch each per step). Both train the same optimizer steps on the same micro-batches
+    (:func:`aiayn.training.pipeline.step_groups`: W ranks with accumulation a = one process with a x W), so
+    ``speedup`` (mean tok/s of the processes over the threads) is the gain of processes over threads alone.
+
+    Raises:
+        RuntimeError: a worker failed (its reason).
+    """
+    res: dict[str, list] = {"threads": [], "processes": []}
+    for r in range(rounds):
+        for name in (("threads", "processes") if r % 2 == 0 else ("processes", "threads")):
+            log(f"[trainer] cpu loop, {cores} {name}, round {r + 1} of {rounds} (worker)")
+            run = dict(spec, run_dir=f"{spec['run_dir']}-{name}{r}")
+            if name == "threads":
+                run.update(threads=cores, accumulation=cores)
+                out, why = _loop_in_worker(run, 900, "auto")
+            else:
+                run.update(threads=1, accumulation=1)
+                out, why = _loop_in_worker(run, 900, "auto", processes=cores)
+            if out is None:
+                raise RuntimeError(f"{name}: {why}")
+            res[name].append(out)
+    trained = {x["train_tokens"] for v in res.values() for x in v}
+    if len(trained) != 1 or None in trained:  # the ratio means something only if both trained the same steps
+        raise RuntimeError(f"the two ways trained different target tokens: {sorted(map(str, trained))}")
+    mean = {k: float(np.mean([x["tokens_per_s"] for x in v])) for k, v in res.items()}
+    return dict(res, threads_tokens_per_s=mean["threads"], processes_tokens_per_s=mean["processes"],
+                speedup=mean["processes"] / mean["threads"], rounds=rounds, cores=cores)
+
+
+def _processes_rows(res: dict[str, Any] | None, why: str = "") -> list:
+    from .report import Row, na
+
+    name = "training loop, processes over threads"
+    if res is None:
+        return [na("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, "x", why)]
+    per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
+    n = res["cores"]
+    return [Row("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, res["speedup"], "x",
+                f"{n} processes x 1 thread (torchrun, DDP over gloo) over 1 process x {n} threads, the same steps "
+                f"({n} micro-batches each), {res['rounds']} round(s) alternated; tok/s threads {per('threads')}, "
+                f"processes {per('processes')}", {"threads": res["threads"], "processes": res["processes"]})]
 
 
 def _loop_row(device: str, key: str, name: str, res: dict[str, Any] | None, why: str = "") -> list:
@@ -427,6 +489,14 @@ def run(ctx) -> list:
                         rows += _allocator_row(measure_allocator(spec, 1 if q else 2, log=ctx.log))
                     except Exception as exc:
                         rows += _allocator_row(None, f"{type(exc).__name__}: {exc}")
+                cores = max(1, int(threads or os.cpu_count() or 1))
+                if cores < 2:
+                    rows += _processes_rows(None, "one core: nothing to split between processes or threads")
+                else:
+                    try:
+                        rows += _processes_rows(measure_processes(spec, 1 if q else 2, cores, log=ctx.log))
+                    except Exception as exc:
+                        rows += _processes_rows(None, f"{type(exc).__name__}: {exc}")
             else:
                 ctx.log("[trainer] cuda training loop, d_model 256, N 6")
                 spec = dict(data_dir=str(data_dir), run_dir=str(root / "run-cuda"), device="cuda", threads=threads,
@@ -450,7 +520,9 @@ def run(ctx) -> list:
     return rows
 
 
-if __name__ == "__main__":  # worker: python -m benchmarks.trainer SPEC_JSON -> one JSON line
+if __name__ == "__main__":  # worker: python -m benchmarks.trainer SPEC_JSON -> one JSON line (rank 0 under torchrun)
     _spec = json.loads(sys.argv[1])
     torch.set_num_threads(max(1, int(_spec.get("threads") or 1)))
-    print(json.dumps(measure_loop(_spec), default=str))
+    _out = measure_loop(_spec)
+    if _out:
+        print(json.dumps(_out, default=str))

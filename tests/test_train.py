@@ -595,6 +595,34 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
     np.testing.assert_allclose(lb, la, rtol=1e-5)
 
 
+def _agree_worker(rank: int, init_file: str, out_dir: str) -> None:
+    """One rank of :func:`test_ddp_ranks_take_rank_0s_precision_and_threads`: decides differently from the other."""
+    import torch.distributed as dist
+
+    from aiayn.training.loop import agree_across_ranks
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        mine = TrainConfig("data", "run", amp_cpu=rank == 0, threads=1 + 2 * rank)  # rank 0: bf16, 1 thread
+        agreed = agree_across_ranks(mine, torch.device("cpu"), 2)
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps([agreed.amp_cpu, agreed.threads]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_ranks_take_rank_0s_precision_and_threads(tmp_path):
+    """Each rank times its own bf16 matmul and reads its own load; under DDP they must train one way: rank 0's."""
+    import torch.multiprocessing as mp
+
+    from aiayn.training.loop import agree_across_ranks
+
+    mp.spawn(_agree_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert got == [[True, 1], [True, 1]]
+    alone = TrainConfig("data", "run", amp_cpu=False, threads=3)
+    assert agree_across_ranks(alone, torch.device("cpu"), 1) is alone  # one process: nothing to agree on
+
+
 def test_upsample_sentences_repeats_only_full_sentence_pairs():
     from aiayn.training.pipeline import upsample_sentences
 

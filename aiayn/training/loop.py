@@ -291,6 +291,18 @@ def _resolved(tc: TrainConfig, cfg: TransformerConfig, device: torch.device, *, 
     return resolve_amp_cpu(tc, device, cfg.d_model, cfg.d_ff)
 
 
+def agree_across_ranks(tc: TrainConfig, device: torch.device, world: int) -> TrainConfig:
+    """``tc`` with rank 0's CPU precision (``amp_cpu``) and thread count on every rank of a DistributedDataParallel
+    run (a broadcast; unchanged when ``world`` is 1). Each rank decides both on its own (:func:`cpu_bf16_pays_off`
+    times a matmul, :func:`auto_threads` reads the load average), and two CPU processes that decided differently
+    would train one model in two precisions; rank 0's decision is also the one ``train_config.json`` stores."""
+    if world == 1:
+        return tc
+    decided = torch.tensor([float(bool(tc.amp_cpu)), float(tc.threads)], device=device)
+    dist.broadcast(decided, src=0)
+    return replace(tc, amp_cpu=bool(decided[0].item()), threads=int(decided[1].item()))
+
+
 @dataclass
 class _Run:
     """What the steps of one run share: the model and its optimizer, where they run, the trainer state (step,
@@ -501,7 +513,9 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     tags = parse_domain_tags(tc.domain_tags)
     domains = None if tags is None else (tags, domain_index(data_dir, tags))  # refused here too
     cfg, model = _build_model(tc, tokenizer, device)
-    tc = _resolved(tc, cfg, device, resume=resume)
+    tc = agree_across_ranks(_resolved(tc, cfg, device, resume=resume), device, world)
+    if tc.threads > 0:
+        torch.set_num_threads(tc.threads)
     run = _Run(tc, cfg, device, rank, world, Path(tc.run_dir).expanduser(), model, make_optimizer(model, tc))
     resumed = _start_or_resume(tc, run, resume=resume, log=log)
     # attention of a few curated sentences at every saved state (no RNG drawn, train mode restored: .history)
