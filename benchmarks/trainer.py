@@ -23,6 +23,9 @@ Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``t
   N 6, 25,000-token steps (the GPU runs of docs/benchmarks.md), and the base model (Table 3) with ``--compile``
   in a worker process, with its model FLOPs utilisation (FLOPs of the padded batch shapes the run trained on,
   :mod:`benchmarks.flops`, over the card's bf16 peak).
+* CPU, ``training loop, processes over threads``: the default loop on all cores as one process with that many
+  threads against that many one-thread processes under ``torchrun`` (DistributedDataParallel over gloo), the same
+  optimizer steps on the same micro-batches (:func:`measure_processes`).
 """
 from __future__ import annotations
 
