@@ -623,6 +623,41 @@ def test_ddp_ranks_take_rank_0s_precision_and_threads(tmp_path):
     assert agree_across_ranks(alone, torch.device("cpu"), 1) is alone  # one process: nothing to agree on
 
 
+def test_check_world_keeps_a_runs_steps_across_process_counts():
+    from aiayn.training.loop import WorldChangeError, check_world
+
+    check_world({"world": 2}, 3, 6, 1)      # 3 on each of 2 = 6 on 1: the same steps
+    check_world({"world": 1}, 6, 3, 2)
+    check_world({}, 6, 6, 1)                # a state from before the world was recorded: 1
+    check_world({"world": 2}, 3, 1, 2)      # the same world: a changed accumulation is a recorded recipe change
+    check_world({"world": 2}, 0, 1, 1)      # derived accumulation: not checked
+    with pytest.raises(WorldChangeError, match=r"6 micro-batches \(3 on each of 2 process\(es\)\).*--accumulation 6"):
+        check_world({"world": 2}, 3, 3, 1)
+    with pytest.raises(WorldChangeError, match="a number of processes that divides 3"):
+        check_world({"world": 1}, 3, 1, 2)
+
+
+def test_a_state_records_its_world_and_a_resume_on_another_is_refused(tiny_data, tmp_path):
+    """A run's states say how many processes saved them; resuming under another count with micro-batches that
+    change the step is refused (nothing trained), and resuming with the accumulation that keeps it goes on."""
+    from aiayn.training.loop import WorldChangeError
+
+    run = tmp_path / "run"
+    tc = tiny_tc(tiny_data, run, max_tokens=256, max_steps=2, save_every=2, valid_every=10, accumulation=1)
+    train(tc, log=QUIET)
+    last = list_states(run)[-1]
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["world"] == 1
+    state["world"] = 2  # as if two processes had saved it
+    (last / "trainer_state.json").write_text(json.dumps(state))
+    with pytest.raises(WorldChangeError, match="--accumulation 2"):
+        train(replace(tc, max_steps=4), resume=True, log=QUIET)
+    assert [s.name for s in list_states(run)] == [last.name]
+    train(replace(tc, max_steps=4, accumulation=2), resume=True, log=QUIET)
+    after = json.loads((list_states(run)[-1] / "trainer_state.json").read_text())
+    assert after["step"] == 4 and after["world"] == 1
+
+
 def test_upsample_sentences_repeats_only_full_sentence_pairs():
     from aiayn.training.pipeline import upsample_sentences
 

@@ -299,13 +299,8 @@ def _summary(sheet: dict, out: Path) -> str:
     return "\n".join(lines)
 
 
-def cli_main(argv: list[str]) -> int:
-    """``aiayn data {ding,debian,tsv,moses,sentence-kind,all} ...``: prepare a data folder (``all``: every folder the
-    training recipes read, :mod:`aiayn.data.chain`); returns the exit code (0 ok, 1 error, 2 bad input to ``all``)."""
-    if argv[:1] == ["all"]:
-        from .chain import cli_main as chain_main
-
-        return chain_main(argv[1:])
+def _parser() -> argparse.ArgumentParser:
+    """The parser of ``aiayn data``: one sub-command per kind of source (``all`` is routed before parsing)."""
     ap = argparse.ArgumentParser(prog="aiayn data", description="Obtain and prepare parallel data.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -344,6 +339,17 @@ def cli_main(argv: list[str]) -> int:
     sub.add_parser("all", add_help=False, help="every folder the training recipes read, in order: debian, its "
                    "-shipspm copy, both back-translations, both sentence-kind copies (aiayn.data.chain; "
                    "`aiayn data all --help`)")
+    return ap
+
+
+def cli_main(argv: list[str]) -> int:
+    """``aiayn data {ding,debian,tsv,moses,sentence-kind,all} ...``: prepare a data folder (``all``: every folder the
+    training recipes read, :mod:`aiayn.data.chain`); returns the exit code (0 ok, 1 error, 2 bad input to ``all``)."""
+    if argv[:1] == ["all"]:
+        from .chain import cli_main as chain_main
+
+        return chain_main(argv[1:])
+    ap = _parser()
     args = ap.parse_args(argv)
     out = Path(args.out).expanduser()
     try:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from .export import export
 from .loader import DataMixError, parse_domain_tags, parse_kind_weights
-from .loop import train
+from .loop import WorldChangeError, train
 from .pipeline import rank_and_world
 from .recipe import ADAM_IMPLS, LR_DECAYS, TrainConfig
 from .state import WarmStartError, list_states
@@ -190,7 +190,7 @@ def cli_main(argv: list[str]) -> int:
         ap.error(str(exc))
     try:
         run = train(tc, resume=args.resume)
-    except (FileExistsError, WarmStartError, DataMixError) as exc:
+    except (FileExistsError, WarmStartError, DataMixError, WorldChangeError) as exc:
         print(f"aiayn train: {exc}", file=sys.stderr)
         return 2
     if args.export and rank_and_world()[0] == 0:

@@ -219,6 +219,8 @@ def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
     resumed = bool(resume and states)
     if resumed:
         run.state = load_state_into(states[-1], run.model, run.opt)
+        check_world(run.state, _stored_config(tc, True).get("accumulation"), tc.accumulation, run.world)
+        run.state["world"] = run.world
         if tc.adam_impl == "fused":  # fused Adam wants its float32 step counts on the parameters' device
             for p, st in run.opt.state.items():
                 st["step"] = st["step"].to(p.device, torch.float32)
@@ -244,6 +246,35 @@ def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
     if rank == 0:  # lineage: the parent's runs (read now, before anything overwrites the parent) and this machine
         record_run_start(run_dir, tc, describe_hardware(run.device, tc.threads, run.world), fresh=not resumed)
     return resumed
+
+
+class WorldChangeError(ValueError):
+    """A run resumed under another number of processes with micro-batches per rank that change its steps."""
+
+
+def check_world(state: dict[str, Any], stored_accumulation: int | None, accumulation: int, world: int) -> None:
+    """Refuse to resume a run whose steps would change: a step is ``accumulation`` micro-batches on each of ``world``
+    ranks (:func:`aiayn.training.pipeline.step_groups`), so a run saved by W processes with accumulation a resumes
+    exactly under w processes only with accumulation a x W / w. ``state["world"]`` is the number of processes that
+    saved it (1 for states written before it was recorded). Nothing is checked for an unchanged world (a changed
+    ``--accumulation`` is then a recorded change of the recipe) or a derived accumulation (0: from
+    ``tokens_per_step``, rounded to the world size).
+
+    Raises:
+        WorldChangeError: the global batch would change; the message names the accumulation that keeps it.
+    """
+    before = int(state.get("world", 1))
+    if before == world or not stored_accumulation or accumulation == 0:
+        return
+    per_step = int(stored_accumulation) * before
+    if accumulation * world == per_step:
+        return
+    keep = (f"--accumulation {per_step // world}" if per_step % world == 0 else
+            f"a number of processes that divides {per_step}")
+    raise WorldChangeError(
+        f"this run's steps were {per_step} micro-batches ({stored_accumulation} on each of {before} process(es)); "
+        f"resumed on {world} with accumulation {accumulation} they would be {accumulation * world}: give {keep} "
+        "to resume it exactly")
 
 
 def auto_threads(cores: int | None = None, load: float | None = None) -> int:
@@ -517,6 +548,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
     run = _Run(tc, cfg, device, rank, world, Path(tc.run_dir).expanduser(), model, make_optimizer(model, tc))
+    run.state["world"] = world  # the processes a saved state came from (check_world at a resume)
     resumed = _start_or_resume(tc, run, resume=resume, log=log)
     # attention of a few curated sentences at every saved state (no RNG drawn, train mode restored: .history)
     recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log) if rank == 0 and tc.record_attention else None
