@@ -214,7 +214,7 @@ def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, b
     out = tmp_path / "out"
     shutil.copytree(world["out"] / "candidate", out / "candidate")
     before = _digest(shipped)
-    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s, env=None: 0)
+    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s, env=None, processes=1: 0)
     monkeypatch.setattr(continuous, "_build_candidate", lambda *a: 0)
     monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
     score = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
@@ -239,7 +239,7 @@ def _interp_argv(world, shipped: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _skip_training(monkeypatch) -> None:
-    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s, env=None: 0)
+    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s, env=None, processes=1: 0)
     monkeypatch.setattr(continuous, "_build_candidate", lambda *a: 0)
     monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
 

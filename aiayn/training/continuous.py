@@ -197,13 +197,17 @@ def shipped_mix(shipped_meta: dict[str, Any]) -> str | None:
     return None if spec in (None, "", "none") else str(spec)
 
 
-def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, Any]) -> tuple[str, list[str]]:
+def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, Any],
+                 processes: int = 1) -> tuple[str, list[str]]:
     """``(recipe name used, aiayn train flags)`` of a warm start: the ``"shipped"`` recipe is the training
     configuration stored in the shipped checkpoint's meta (its fields that ``aiayn train`` has a flag for, less
-    those this command sets), ``"cpu"`` when the meta has none; ``overrides`` (``--train-set``) go on top.
+    those this command sets), ``"cpu"`` when the meta has none; ``overrides`` (``--train-set``) go on top. A
+    recipe's ``accumulation`` counts the micro-batches of a whole step: trained by ``processes`` processes, each
+    takes its share (:func:`share_accumulation`), so the steps are the same for any number of processes.
 
     Raises:
-        BadInput: an unknown recipe or a field without an ``aiayn train`` flag (from :func:`.both.train_flags`).
+        BadInput: an unknown recipe, a field without an ``aiayn train`` flag (from :func:`.both.train_flags`), or
+            an accumulation that ``processes`` does not divide.
     """
     from .both import OWN_FIELDS, BadInput as BothBadInput, _train_flag_names, train_flags
 
@@ -226,10 +230,63 @@ def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, A
     if "kind_weights" not in train and inherited is not None:
         train["kind_weights"] = inherited
     train.update(overrides)
+    if int(train.get("accumulation") or 0) > 0:
+        train["accumulation"] = share_accumulation(int(train["accumulation"]), processes)
     try:
         return name, train_flags(train)
     except BothBadInput as exc:
         raise BadInput(str(exc)) from None
+
+
+def share_accumulation(micro_batches: int, processes: int) -> int:
+    """Micro-batches each of ``processes`` processes accumulates in a step of ``micro_batches`` (the ``--accumulation``
+    of ``aiayn train`` under DistributedDataParallel is per process: a step is accumulation x world micro-batches,
+    :func:`aiayn.training.pipeline.step_groups`).
+
+    Raises:
+        BadInput: ``processes`` does not divide ``micro_batches`` (the steps would change).
+    """
+    if micro_batches % processes:
+        divisors = [n for n in range(1, micro_batches + 1) if micro_batches % n == 0]
+        raise BadInput(f"a step of {micro_batches} micro-batches cannot be shared by {processes} processes: give "
+                       f"--processes {' or '.join(map(str, divisors))}, or another accumulation (--train-set "
+                       "accumulation=N counts a whole step's micro-batches)")
+    return micro_batches // processes
+
+
+def resume_accumulation(stored: int, saved_world: int, given: int | None, processes: int) -> int | None:
+    """The ``--accumulation`` for resuming on ``processes`` processes a run whose stored configuration has
+    ``stored`` micro-batches per process and whose last state was saved by ``saved_world`` processes: the same
+    steps (``stored x saved_world`` micro-batches) shared anew, or ``given`` (a whole step's micro-batches, from
+    ``--train-set``) shared; None when nothing need be given (same world and nothing asked, or a derived
+    accumulation, 0, which ``aiayn train`` rounds to the world itself).
+
+    Raises:
+        BadInput: ``processes`` does not divide the step (:func:`share_accumulation`).
+    """
+    if given is not None:
+        return share_accumulation(int(given), processes) if int(given) > 0 else int(given)
+    if stored <= 0 or saved_world == processes:
+        return None
+    return share_accumulation(stored * saved_world, processes)
+
+
+def rank_envs(env: dict[str, str], processes: int, port: int | None = None) -> list[dict[str, str]]:
+    """The environment of each of ``processes`` training processes on this machine: ``env`` itself for one; for
+    more, ``env`` plus what ``torch.distributed``'s ``env://`` rendezvous reads (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` 127.0.0.1, ``MASTER_PORT`` ``port`` or a free one), as
+    ``torchrun --standalone`` would set them (:func:`aiayn.training.loop.setup_distributed` joins with gloo)."""
+    if processes == 1:
+        return [dict(env)]
+    if port is None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    common = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": str(port)}
+    return [{**env, **common, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(processes)]
 
 
 def model_set_flags(shipped: Path) -> tuple[str, list[str]]:
@@ -265,7 +322,11 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
     if pid is not None:
         raise BadInput(f"process {pid} is training {run} now; wait for it to stop (or stop it) and run this again")
     base = [sys.executable, "-m", "aiayn", "train", "--run", str(run)]
-    threads = ["--threads", str(args.threads)] if args.threads else []
+    processes = int(getattr(args, "processes", 1) or 1)
+    if processes < 1:
+        raise BadInput(f"--processes must be at least 1, not {processes}")
+    per_process = args.threads if processes == 1 else max(1, (args.threads or os.cpu_count() or 1) // processes)
+    threads = ["--threads", str(per_process)] if per_process else []
     extra = parse_overrides(args.train_set)
     if getattr(args, "kind_weights", None) is not None:
         extra["kind_weights"] = args.kind_weights
@@ -278,9 +339,14 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
 
         minutes = float(last.get("wall_time", 0.0)) / 60 + budget_min
         _check_mix(Path(stored["data_dir"]).expanduser(), extra)
+        accumulation = resume_accumulation(int(stored.get("accumulation") or 0), int(last.get("world", 1)),
+                                           extra.pop("accumulation", None), processes)
+        if accumulation is not None:
+            extra["accumulation"] = accumulation
         cmd = base + ["--resume", "--max-minutes", f"{minutes:.3f}"] + threads + train_flags(extra)
         return {"run": run, "resume": True, "data": Path(stored["data_dir"]).expanduser(), "recipe": "stored in the run",
-                "cmd": cmd, "before": {"step": last.get("step", 0), "tokens": last.get("tokens", 0)}}
+                "cmd": cmd, "before": {"step": last.get("step", 0), "tokens": last.get("tokens", 0)},
+                "processes": processes}
     given = args.data or (shipped_meta.get("train_config") or {}).get("data_dir")
     if not given or not Path(given).expanduser().is_dir():
         raise BadInput(f"no run to resume ({run} holds no state) and no data folder for a warm start "
@@ -293,11 +359,12 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
         raise BadInput(f"the shipped model was trained on the data mix {inherited}, which {data} cannot give (it has "
                        f"no train_kinds.txt, from `aiayn data debian`): give such a folder, or --kind-weights none "
                        f"to train on every pair once")
-    recipe, flags = recipe_flags(args.recipe, shipped_meta, extra)
+    recipe, flags = recipe_flags(args.recipe, shipped_meta, extra, processes)
     preset, sets = model_set_flags(shipped)
     cmd = base + ["--data", str(data), "--direction", args.direction, "--init-from", str(shipped), "--preset", preset,
                   "--set", *sets, *flags, "--max-minutes", f"{budget_min:.3f}"] + threads
-    return {"run": run, "resume": False, "data": data, "recipe": recipe, "cmd": cmd, "before": {"step": 0, "tokens": 0}}
+    return {"run": run, "resume": False, "data": data, "recipe": recipe, "cmd": cmd, "before": {"step": 0, "tokens": 0},
+            "processes": processes}
 
 
 # -- the verdict ----------------------------------------------------------------------------------------------------
@@ -354,7 +421,7 @@ def _dev_scores(path: Path, direction: str) -> dict[str, dict[str, float]]:
 
 
 #: meta fields that tell one exported checkpoint from another (an evaluation of other weights is stale)
-IDENTITY = ("step", "train_tokens", "averaged_states")
+IDENTITY = ("step", "train_tokens", "averaged_states", "interpolation", "soup")
 
 
 def _fresh_test_eval(path: Path, ckpt: Path, test_file: Path) -> bool:
@@ -470,34 +537,47 @@ def interpolation_search(shipped: Path, candidate: Path, data: Path, weights: li
             "checkpoint": str(work / f"interp-{best:g}")}
 
 
-def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Path, report: dict[str, Any],
-                         weights: list[float]) -> dict[str, Any]:
-    """:func:`interpolation_search` between the shipped checkpoint and ``out/candidate``, then the chosen one
-    scored and judged like the candidate, carded (``aiayn card``) and, when it beats, given the alignment and
-    attribution files a shipped checkpoint carries; the result goes into ``report["interpolation"]`` and
-    ``verdict.json`` is written again. Returns ``report``."""
+def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], data: Path, devsets: Path,
+                     direction: str, hardware: str, notes: str) -> dict[str, Any]:
+    """Score the checkpoint folder ``path`` on the test split and the development sets (into its own evaluation
+    JSONs, :func:`side_scores`), judge it against ``shipped_scores`` (:func:`verdict`), card it (``aiayn card``
+    with ``hardware`` and ``notes``) and, when it beats, give it the files a shipped checkpoint carries (alignment,
+    attribution, head sweep; as a candidate gets them from :mod:`.finish`).
+
+    Returns:
+        the verdict plus ``"scores"`` (this checkpoint's) and ``"stages"`` (exit code of each stage run).
+    """
     from ..alignment_eval import cli_main as align_main
     from ..attribution_eval import cli_main as attribution_main
     from ..evaluation.modelcard import cli_main as card_main
     from ..sweep import cli_main as sweep_main
     from .finish import align_argv, attribution_argv, card_argv, run_stage
 
+    scores = side_scores(path, path, data, devsets, direction, "cpu")
+    v = verdict(scores, shipped_scores)
+    stages = {"card": run_stage("card", card_main, card_argv(path, data, hardware, notes))}
+    if v["beats"]:
+        stages["align"] = run_stage("align", align_main, align_argv(path, data, "cpu"))
+        stages["attribution"] = run_stage("attribution", attribution_main, attribution_argv(path, "cpu"))
+        stages["sweep"] = run_stage("sweep", sweep_main, ["--checkpoint", str(path), "--device", "cpu"])
+    return {**v, "scores": scores, "stages": stages}
+
+
+def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Path, report: dict[str, Any],
+                         weights: list[float]) -> dict[str, Any]:
+    """:func:`interpolation_search` between the shipped checkpoint and ``out/candidate``, then the chosen one
+    judged like the candidate (:func:`judge_checkpoint`); the result goes into ``report["interpolation"]`` and
+    ``verdict.json`` is written again. Returns ``report``."""
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
     shipped = Path(report["shipped"])
     t0 = time.monotonic()
     search = interpolation_search(shipped, out / "candidate", plan["data"], weights, out, args.direction)
-    path = Path(search["checkpoint"])
-    scores = side_scores(path, path, plan["data"], devsets, args.direction, "cpu")
-    v = verdict(scores, report["scores"]["shipped"])
     w = search["weight"]
     notes = (f"A weight interpolation (1 - w) x {shipped} + w x the candidate of `aiayn train-on` (WiSE-FT), w = {w:g}, "
              f"chosen by chrF on the valid split among {', '.join(search['valid_chrf'])}.")
-    stages = {"card": run_stage("card", card_main, card_argv(path, Path(plan["data"]), _hardware(args.threads), notes))}
-    if v["beats"]:  # the files a shipped checkpoint carries (as a candidate gets them from .finish)
-        stages["align"] = run_stage("align", align_main, align_argv(path, Path(plan["data"]), "cpu"))
-        stages["attribution"] = run_stage("attribution", attribution_main, attribution_argv(path, "cpu"))
-        stages["sweep"] = run_stage("sweep", sweep_main, ["--checkpoint", str(path), "--device", "cpu"])
-    report["interpolation"] = {**search, **v, "scores": scores, "stages": stages}
+    judged = judge_checkpoint(Path(search["checkpoint"]), report["scores"]["shipped"], Path(plan["data"]), devsets,
+                              args.direction, _hardware(args.threads, plan.get("processes", 1)), notes)
+    report["interpolation"] = {**search, **judged}
     report["seconds"]["interpolation"] = round(time.monotonic() - t0, 1)
     (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
@@ -573,50 +653,88 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--allocator", default="auto", choices=ALLOCATORS,
                     help="memory allocator of the training child: auto (tcmalloc when installed, else glibc; about "
                          "1.1x the tokens a second on a CPU), tcmalloc, glibc (aiayn.training.allocator)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="train as this many processes (DistributedDataParallel, gloo), each with its share of every "
+                         "step's micro-batches and of --threads (default 1). On two cores 2 processes of one thread "
+                         "train about 1.3x the tokens a second of one process of two threads (docs/benchmarks.md); "
+                         "a step's micro-batches (accumulation) must be a multiple, and a resume keeps the run's steps")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (run, data, the training command) and stop")
     return ap
 
 
-def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> int:
-    """Run the training child in its own session (environment ``env``, default this process's); at ``timeout_s``
-    (or on Ctrl-C / SIGTERM) it gets SIGINT, then SIGKILL 30 s later (its states are written atomically). Returns
-    its exit code (130 when interrupted)."""
-    print("$ " + " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
+def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, processes: int = 1) -> int:
+    """Run the training child (``processes`` copies of ``cmd``, ranks of one DistributedDataParallel run, each with
+    its :func:`rank_envs` environment) in a process group of its own; at ``timeout_s`` (or on Ctrl-C / SIGTERM)
+    the group gets SIGINT, then SIGKILL 30 s later (its states are written atomically). A rank that fails stops the
+    others (they would wait for it at the next all-reduce). Returns the exit code (the first failed rank's; rank 0's
+    when stopped at the deadline, 130 when it had none).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C or SIGTERM while it trained (the group is stopped first).
+    """
+    envs = rank_envs(env if env is not None else dict(os.environ), processes)
+    print("$ " + " ".join(cmd) + (f"  (x {processes} processes)" if processes > 1 else ""), flush=True)
+    if processes == 1:
+        first = subprocess.Popen(cmd, start_new_session=True, env=envs[0])
+    else:  # one group in this session (a group of another session cannot be joined): killpg reaches every rank
+        first = subprocess.Popen(cmd, env=envs[0], preexec_fn=os.setpgrp)
+    procs = [first] + [subprocess.Popen(cmd, env=e, preexec_fn=lambda: os.setpgid(0, first.pid)) for e in envs[1:]]
+    deadline, code = time.monotonic() + max(1.0, timeout_s), None
     try:
-        return proc.wait(timeout=max(1.0, timeout_s))
-    except subprocess.TimeoutExpired:
-        print("aiayn train-on: the training child passed the deadline; stopping it", file=sys.stderr)
-        code = None
+        while code is None:
+            codes = [p.poll() for p in procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                if len(procs) > 1:
+                    print(f"aiayn train-on: training process {failed[0][0]} failed (exit {failed[0][1]}); stopping the "
+                          "others", file=sys.stderr)
+                code = failed[0][1]
+            elif None not in codes:
+                return 0
+            elif time.monotonic() > deadline:  # stopped from outside: its last saved state is what it trained
+                print("aiayn train-on: the training child passed the deadline; stopping it", file=sys.stderr)
+                _stop_group(first.pid, procs)
+                return first.returncode if first.returncode is not None else EXIT_INTERRUPTED
+            else:
+                time.sleep(0.2)
     except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
+        _stop_group(first.pid, procs)
+        raise
+    _stop_group(first.pid, procs)
+    return code
+
+
+def _stop_group(pgid: int, procs: list[subprocess.Popen]) -> None:
+    """SIGINT to the process group ``pgid``, SIGKILL to what is left 30 s later; waits for ``procs``."""
     for sig, wait in ((signal.SIGINT, 30.0), (signal.SIGKILL, 10.0)):
         try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
             break
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
-    if code is not None:
-        raise KeyboardInterrupt
-    return proc.returncode if proc.returncode is not None else EXIT_INTERRUPTED
+        end = time.monotonic() + wait
+        while time.monotonic() < end and any(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        if all(p.poll() is not None for p in procs):
+            break
 
 
-def _hardware(threads: int) -> str:
+def _hardware(threads: int, processes: int = 1) -> str:
     cpu = "CPU"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                    if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"CPU ({cpu}), `aiayn train-on` at nice {os.nice(0)}, {threads or 'default'} thread(s)"
+    who = f"{processes} training processes" if processes > 1 else "one training process"
+    return f"CPU ({cpu}), `aiayn train-on` at nice {os.nice(0)}, {who}, {threads or 'default'} thread(s)"
 
 
 def _build_candidate(plan: dict[str, Any], args: argparse.Namespace, out: Path, notes: str) -> int:
     """Average, evaluate on the test split(s) and the development sets, and card into ``out/candidate``
     (:mod:`.finish`, a child process)."""
     cmd = [sys.executable, "-m", "aiayn.training.finish", "--run", str(plan["run"]), "--checkpoint", str(out / "candidate"),
-           "--data", str(plan["data"]), "--last", str(args.last), "--device", "cpu", "--hardware", _hardware(args.threads),
+           "--data", str(plan["data"]), "--last", str(args.last), "--device", "cpu",
+           "--hardware", _hardware(args.threads, plan.get("processes", 1)),
            "--notes", notes, "--threads", str(args.threads), "--status", str(out / "finish_status.json")] \
         + (["--devsets", str(Path(args.devsets).expanduser())] if args.devsets else [])
     print("$ " + " ".join(cmd[:8]) + " ...", flush=True)
@@ -635,6 +753,7 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     v = verdict(cand_scores, ship_scores)
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
+              "processes": plan.get("processes", 1),
               "seconds": seconds,
               "scores": {"candidate": cand_scores, "shipped": ship_scores},
               "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
@@ -676,16 +795,19 @@ def cli_main(argv: list[str]) -> int:
     out = Path(args.out).expanduser() if args.out else CACHE / "train-on" / args.direction
     how = f"resuming {plan['run']} at step {plan['before']['step']}" if plan["resume"] else \
         f"warm start from {shipped} into {plan['run']} (recipe {plan['recipe']}, data {plan['data']})"
+    if plan["processes"] > 1:
+        how += f" as {plan['processes']} processes"
     print(f"aiayn train-on {args.direction}: {how}; training {budget:.1f} minutes, until {deadline:%Y-%m-%d %H:%M %Z}, "
           f"on {describe(child_env)}", flush=True)
     if args.dry_run:
-        print("$ " + " ".join(plan["cmd"]) + f"\n(dry run: nothing started; the candidate would go to {out / 'candidate'})")
+        times = f"  (x {plan['processes']} processes)" if plan["processes"] > 1 else ""
+        print("$ " + " ".join(plan["cmd"]) + times + f"\n(dry run: nothing started; the candidate would go to {out / 'candidate'})")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.monotonic()
         rc = _run_child(plan["cmd"], (deadline - _dt.datetime.now().astimezone()).total_seconds() - 60 * args.reserve_minutes / 2,
-                        child_env)
+                        child_env, processes=plan["processes"])
         after = _last_state(plan["run"])
         if after is None:
             print(f"aiayn train-on: training failed (exit {rc}) and left no state in {plan['run']}", file=sys.stderr)

@@ -1,0 +1,149 @@
+"""``aiayn train-on --processes N`` (aiayn/training/continuous.py): one run trained by N DistributedDataParallel
+processes (gloo on the CPU) that the command starts itself.
+
+* A recipe's ``accumulation`` counts a whole step's micro-batches: N processes each take their share, so the steps
+  are the same for any N, and an N that does not divide the step is refused before anything starts.
+* A run trained by two processes resumes on one with the accumulation that keeps its steps (and the other way).
+* The processes form one process group: a rank that fails stops the others (they would wait for it at the next
+  all-reduce), and the deadline stops them all.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from aiayn.training import continuous
+from aiayn.training.continuous import BadInput, rank_envs, resume_accumulation, share_accumulation
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# -- pure parts -----------------------------------------------------------------------------------------------------
+def test_a_steps_micro_batches_are_shared_by_the_processes():
+    assert [share_accumulation(6, n) for n in (1, 2, 3, 6)] == [6, 3, 2, 1]
+    with pytest.raises(BadInput, match=r"give --processes 1 or 2 or 3 or 6"):
+        share_accumulation(6, 4)
+
+
+@pytest.mark.parametrize("stored, saved_world, given, processes, expected", [
+    (3, 2, None, 1, 6),     # saved by two processes, resumed on one: the same 6 micro-batches a step
+    (6, 1, None, 2, 3),     # and the other way
+    (3, 2, None, 2, None),  # the same world: nothing to give
+    (0, 1, None, 2, None),  # derived from tokens_per_step: aiayn train rounds it to the world itself
+    (3, 2, 4, 2, 2),        # a new step size asked for with --train-set accumulation=4: shared
+    (3, 2, 4, 1, 4),
+])
+def test_a_resume_keeps_the_runs_steps(stored, saved_world, given, processes, expected):
+    assert resume_accumulation(stored, saved_world, given, processes) == expected
+
+
+def test_a_resume_on_a_count_that_does_not_divide_the_step_is_refused():
+    with pytest.raises(BadInput, match="cannot be shared by 4 processes"):
+        resume_accumulation(3, 2, None, 4)
+
+
+def test_each_rank_gets_the_rendezvous_of_torch_distributed():
+    base = {"PATH": "/bin", "RANK": "7"}
+    assert rank_envs(base, 1) == [base]
+    envs = rank_envs(base, 2)
+    assert [e["RANK"] for e in envs] == ["0", "1"] == [e["LOCAL_RANK"] for e in envs]
+    assert {e["WORLD_SIZE"] for e in envs} == {"2"} and {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
+    assert len({e["MASTER_PORT"] for e in envs}) == 1 and int(envs[0]["MASTER_PORT"]) > 0
+    assert all(e["PATH"] == "/bin" for e in envs)
+
+
+# -- the process group ----------------------------------------------------------------------------------------------
+def _ranks(tmp_path: Path, rank_1_code: str) -> list[str]:
+    """A child command: each rank writes its pid; rank 1 runs ``rank_1_code``, the others sleep a minute."""
+    code = (f"import os, time, pathlib; r = os.environ['RANK']; pathlib.Path(r'{tmp_path}', 'pid' + r)"
+            f".write_text(str(os.getpid()))\nif r == '1':\n    {rank_1_code}\ntime.sleep(60)")
+    return [sys.executable, "-c", code]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # a zombie of a child of this process does not count as running
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_failing_rank_stops_the_others(tmp_path):
+    t0 = time.monotonic()
+    code = continuous._run_child(_ranks(tmp_path, "time.sleep(1); raise SystemExit(5)"), 120, dict(os.environ),
+                                 processes=3)
+    assert code == 5 and time.monotonic() - t0 < 40
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(3)]
+    assert all(_gone(p) for p in pids)
+
+
+def test_the_deadline_stops_every_rank(tmp_path):
+    t0 = time.monotonic()
+    code = continuous._run_child(_ranks(tmp_path, "pass"), 3, dict(os.environ), processes=2)
+    assert code != 0 and 3 <= time.monotonic() - t0 < 40  # stopped from outside, not finished
+    assert all(_gone(int((tmp_path / f"pid{r}").read_text())) for r in range(2))
+
+
+# -- the whole command ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def world(tiny_data, tiny_spm):
+    from test_train_on import _world
+    from tiny_models import make_tiny_checkpoint
+
+    root = Path(tempfile.mkdtemp(prefix="aiayn-train-on-ddp-"))
+    try:
+        yield _world(root, tiny_data, tiny_spm, make_tiny_checkpoint)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _train_on(w: dict[str, Path], *extra: str) -> subprocess.CompletedProcess:
+    from test_train_on import _env
+
+    cmd = [sys.executable, "-m", "aiayn", "train-on", "--direction", "en-de", "--run", str(w["run"]), "--data",
+           str(w["data"]), "--shipped", str(w["shipped"]), "--out", str(w["out"]), "--devsets", str(w["dev"]),
+           "--recipe", "tiny", "--threads", "2", "--last", "2", "--no-nice", "--minutes", "6", "--reserve-minutes",
+           "3", *extra]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=400, cwd=REPO)
+
+
+def _last(run: Path) -> dict:
+    return json.loads((sorted(run.glob("step_*"))[-1] / "trainer_state.json").read_text())
+
+
+def test_two_processes_train_one_run_that_resumes_on_one(world):
+    proc = _train_on(world, "--processes", "2", "--train-set", "max_steps=6", "accumulation=2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "as 2 processes" in proc.stdout and "(x 2 processes)" in proc.stdout
+    tc = json.loads((world["run"] / "train_config.json").read_text())
+    assert tc["accumulation"] == 1 and tc["threads"] == 1  # each rank: half the step, half the threads
+    assert _last(world["run"])["step"] == 6 and _last(world["run"])["world"] == 2
+    report = json.loads((world["out"] / "verdict.json").read_text())
+    assert report["processes"] == 2 and report["added"]["steps"] == 6 and report["added"]["training_exit_code"] == 0
+    assert "2 training processes" in (world["out"] / "candidate" / "MODEL_CARD.md").read_text()
+
+    proc = _train_on(world, "--train-set", "max_steps=8")  # one process: the same 2 micro-batches a step
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _last(world["run"])["step"] == 8 and _last(world["run"])["world"] == 1
+    assert json.loads((world["run"] / "train_config.json").read_text())["accumulation"] == 2
+    changes = [json.loads(x) for x in (world["run"] / "config_changes.jsonl").read_text().splitlines()]
+    assert changes[-1]["step"] == 6 and changes[-1]["changed"]["accumulation"] == [1, 2]
+
+
+def test_a_step_the_processes_cannot_share_is_refused_before_anything_starts(world, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    run = tmp_path / "run"
+    code = continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--run", str(run), "--shipped",
+                                str(world["shipped"]), "--data", str(world["data"]), "--out", str(tmp_path / "o"),
+                                "--no-nice", "--recipe", "tiny", "--processes", "2", "--train-set", "accumulation=3"])
+    assert code == 2 and "cannot be shared by 2 processes" in capsys.readouterr().err
+    assert not run.exists() and not (tmp_path / "o").exists()
