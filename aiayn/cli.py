@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
     "interpolate": ("aiayn.training.export", "interpolate_cli_main",
                     "weight interpolation (1 - w) A + w B of two checkpoints of one model (WiSE-FT)"),
+    "soup": ("aiayn.training.soup", "cli_main",
+             "average fine-tunes of one model (a model soup: uniform, or greedy on the valid split) and judge it"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
     "evaluate-dev": ("aiayn.evaluation.devsets", "cli_main", "BLEU and chrF on the project's development sets (assets/devsets: short, long, classic)"),
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),

@@ -253,7 +253,8 @@ def _training_section(meta: dict[str, Any], model: dict[str, Any], hardware: str
                f"{life.train_tokens or 0:,} target tokens, wall time {_fmt_minutes(life.wall_time_s)}."] if several else []),
             f"- Hardware: {hardware}.",
             f"- Weights: average of the last {len(meta.get('averaged_states', []))} saved states ({', '.join(meta.get('averaged_states', []))}), "
-            "as in Section 6.1 (the paper averages the last 5 checkpoints)." + _interpolation_note(meta.get("interpolation")),
+            "as in Section 6.1 (the paper averages the last 5 checkpoints)." + _interpolation_note(meta.get("interpolation"))
+            + _soup_note(meta.get("soup")),
             "- The training curves are in `metrics.jsonl` (step, epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time)"
             + (" for the last run only." if several else "."), ""]
 
@@ -266,6 +267,18 @@ def _interpolation_note(interp: dict[str, Any] | None) -> str:
     step = f" (step {a['step']:,})" if isinstance(a.get("step"), int) else ""
     return (f" The weights shipped are {1 - w:g} x `{short_path(a.get('path', 'A'))}`{step} + {w:g} x this average, "
             "parameter by parameter (a weight interpolation, WiSE-FT: Wortsman et al. 2022).")
+
+
+def _soup_note(soup: dict[str, Any] | None) -> str:
+    """The Weights line's end for a model soup (``meta["soup"]``, ``aiayn soup``), or ""."""
+    if not soup or len(soup.get("ingredients") or []) < 2:
+        return ""
+    items = soup["ingredients"]
+    how = (f" (a greedy soup: {len(items)} of {len(soup.get('scores') or items)} ingredients kept by chrF on the valid "
+           "split)") if soup.get("method") == "greedy" else ""
+    return (f" The weights shipped are the mean of {len(items)} such checkpoints, parameter by parameter, this one and "
+            + ", ".join(f"`{short_path(i.get('path'))}`" for i in items[1:])
+            + f": fine-tunes of one parent (a model soup, Wortsman et al. 2022){how}.")
 
 
 def _domain_tag_lines(model: dict[str, Any], spec: str | None) -> list[str]:

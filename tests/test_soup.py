@@ -1,0 +1,142 @@
+"""aiayn.training.soup / ``aiayn soup``: model soups (Wortsman et al. 2022), the mean of several fine-tunes of one model
+(uniform), or the ones a held-out score keeps (greedy, Recipe 1), with a meta that the model card and lineage state."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from aiayn.checkpoint import load_checkpoint
+from aiayn.training import soup as soup_mod
+from aiayn.training.soup import greedy_soup, soup
+from tiny_models import make_tiny_checkpoint
+
+
+@pytest.fixture()
+def three(tmp_path, tiny_spm):
+    out = []
+    for seed, step in ((1, 300), (2, 300), (3, 300)):
+        c = make_tiny_checkpoint(tmp_path / f"seed{seed}", tiny_spm, "en-de", seed=seed)
+        config = json.loads((c / "config.json").read_text())
+        config["meta"].update(step=step, lineage=[{"run": "runs/parent", "steps": 1000},
+                                                  {"run": f"runs/seed{seed}", "steps": step}])
+        (c / "config.json").write_text(json.dumps(config))
+        (c / "metrics.jsonl").write_text(f'{{"step": {step}, "seed": {seed}}}\n')
+        out.append(c)
+    return out
+
+
+def _state(path):
+    return load_checkpoint(path)[0].state_dict()
+
+
+def test_the_uniform_soup_is_the_mean_of_every_tensor(three, tmp_path):
+    out = soup(three, tmp_path / "soup", record={"method": "uniform"})
+    states = [_state(p) for p in three]
+    mine, config = load_checkpoint(out)
+    for key, value in mine.state_dict().items():
+        want = sum(s[key].double() for s in states) / 3
+        assert torch.equal(value, want.float().half().float()), key  # stored in the ingredients' float16
+    assert not torch.equal(states[0]["embedding.weight"], states[1]["embedding.weight"])  # they really differ
+    meta = config["meta"]
+    assert [i["path"] for i in meta["soup"]["ingredients"]] == [str(p) for p in three]
+    assert meta["soup"]["method"] == "uniform" and config["dtype"] == "float16"
+    assert (out / "metrics.jsonl").read_text() == (three[0] / "metrics.jsonl").read_text()
+    assert (out / "spm.model").read_bytes() == (three[0] / "spm.model").read_bytes()
+    # one ingredient alone is itself
+    alone = _state(soup(three[:1], tmp_path / "alone"))
+    assert all(torch.equal(v, states[0][k]) for k, v in alone.items())
+
+
+def test_the_lineage_and_the_card_say_the_weights_are_a_soup(three, tmp_path):
+    from aiayn.evaluation.modelcard import render_card
+
+    out = soup(three, tmp_path / "soup", record={"method": "uniform"})
+    meta = load_checkpoint(out)[1]["meta"]
+    first, last = meta["lineage"]
+    assert first == {"run": "runs/parent", "steps": 1000} and last["run"] == "runs/seed1"
+    assert "mean of this run's and 2 other fine-tune(s)" in last["note"] and "seed2" in last["note"] and "seed3" in last["note"]
+    [weights] = [line for line in render_card(out, None, None, [], "CPU").splitlines() if line.startswith("- Weights:")]
+    assert "mean of 3 such checkpoints" in weights and "seed2" in weights and "model soup" in weights
+    [plain] = [line for line in render_card(three[0], None, None, [], "CPU").splitlines() if line.startswith("- Weights:")]
+    assert "soup" not in plain
+
+
+def test_ingredients_of_other_models_or_named_twice_are_refused(three, tmp_path, tiny_spm):
+    other = make_tiny_checkpoint(tmp_path / "other", tiny_spm, "en-de", n_layers=1)
+    with pytest.raises(ValueError, match="one model shape .*n_layers"):
+        soup([three[0], other], tmp_path / "x")
+    foreign = tmp_path / "foreign"
+    shutil.copytree(three[1], foreign)
+    (foreign / "spm.model").write_bytes((foreign / "spm.model").read_bytes() + b"x")
+    with pytest.raises(ValueError, match="SentencePiece"):
+        soup([three[0], foreign], tmp_path / "x")
+    with pytest.raises(ValueError, match="named twice"):
+        soup([three[0], three[1], three[0]], tmp_path / "x")
+    with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
+        soup([three[0], tmp_path / "missing"], tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_greedy_soup_keeps_an_ingredient_only_when_the_held_out_score_does_not_fall(three, tmp_path):
+    """A scorer that reads the weights each folder really holds: minus the distance to the mean of seeds 1 and 2.
+    Alone, seeds 1 and 2 tie (each half the distance between them) and seed 3 is farther; the pot starts with seed 1
+    (the given order breaks the tie), seed 2 makes the soup the target itself (kept), seed 3 pulls it away (not)."""
+    s1, s2 = _state(three[0]), _state(three[1])
+    target = {k: (s1[k].double() + s2[k].double()) / 2 for k in s1}
+
+    def distance(path):
+        st = _state(path)
+        return -sum(float((st[k].double() - target[k]).pow(2).sum()) for k in st) ** 0.5
+
+    order = [three[2], three[0], three[1]]
+    record = greedy_soup(order, tmp_path / "greedy", distance, tmp_path / "work")
+    assert record["chosen"] == [str(three[0]), str(three[1])]
+    assert [t["kept"] for t in record["trials"]] == [True, False]
+    assert record["trials"][1]["ingredients"] == [str(three[0]), str(three[1]), str(three[2])]
+    assert record["score"] == max(t["score"] for t in record["trials"]) > max(record["scores"].values())
+    out = tmp_path / "greedy"
+    mine = _state(out)
+    assert all(torch.equal(v, target[k].float().half().float()) for k, v in mine.items())
+    assert load_checkpoint(out)[1]["meta"]["soup"]["method"] == "greedy"
+    assert not (tmp_path / "work" / "trial").exists()
+
+
+def test_the_command_line_refuses_bad_input_in_one_line(three, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert soup_mod.cli_main([*map(str, three), "--out", str(out)]) == 0
+    assert "uniform soup of 3" in capsys.readouterr().out and (out / "model.safetensors").is_file()
+    before = (out / "model.safetensors").read_bytes()
+    for argv, said in (([*map(str, three), "--out", str(out)], "exists"),  # never overwritten
+                       ([*map(str, three), "--out", str(tmp_path / "g"), "--greedy"], "give --data"),
+                       ([*map(str, three), "--out", str(tmp_path / "g"), "--greedy", "--data", str(tmp_path)],
+                        "no valid.tsv"),
+                       ([str(three[0]), str(tmp_path / "missing"), "--out", str(tmp_path / "m")], "not a checkpoint")):
+        assert soup_mod.cli_main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("aiayn soup: ") and said in err and err.count("\n") == 1
+    assert (out / "model.safetensors").read_bytes() == before
+    assert not (tmp_path / "g").exists() and not (tmp_path / "m").exists()
+
+
+def test_a_greedy_soup_is_chosen_on_valid_and_judged_like_a_candidate(tmp_path, tiny_data, tiny_spm, capsys):
+    """The whole command on the committed fixture data: ingredients scored on the valid split (their own
+    eval_valid.json), the soup scored on the test split and the development sets, carded, the verdict written."""
+    from test_train_on import _world
+
+    w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
+    ingredients = [make_tiny_checkpoint(tmp_path / f"i{s}", tiny_spm, "en-de", seed=s) for s in (5, 6)]
+    out = tmp_path / "soup"
+    code = soup_mod.cli_main([*map(str, ingredients), "--out", str(out), "--greedy", "--judge", "--data", str(w["data"]),
+                              "--shipped", str(w["shipped"]), "--devsets", str(w["dev"]), "--threads", "1"])
+    text = capsys.readouterr().out
+    assert code == 0, text[-3000:]
+    assert all((i / "eval_valid.json").is_file() for i in ingredients)  # each ingredient scored on valid
+    report = json.loads((tmp_path / "soup.work" / "verdict.json").read_text())
+    assert set(report["scores"]["candidate"]) == {"test", "dev/short", "dev/long", "dev/classic"}
+    assert report["record"]["method"] == "greedy" and len(report["record"]["scores"]) == 2
+    assert report["stages"]["card"] == 0 and (out / "MODEL_CARD.md").is_file()
+    assert ("the soup beats shipped" in text) is report["beats"]
+    assert json.loads((out / "eval_test.json").read_text())["checkpoint"] == str(out.resolve())
