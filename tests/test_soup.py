@@ -111,6 +111,7 @@ def test_the_command_line_refuses_bad_input_in_one_line(three, tmp_path, capsys)
     before = (out / "model.safetensors").read_bytes()
     for argv, said in (([*map(str, three), "--out", str(out)], "exists"),  # never overwritten
                        ([*map(str, three), "--out", str(tmp_path / "g"), "--greedy"], "give --data"),
+                       ([*map(str, three), "--out", str(tmp_path / "g"), "--ship"], "give --judge"),
                        ([*map(str, three), "--out", str(tmp_path / "g"), "--greedy", "--data", str(tmp_path)],
                         "no valid.tsv"),
                        ([str(three[0]), str(tmp_path / "missing"), "--out", str(tmp_path / "m")], "not a checkpoint")):
@@ -140,3 +141,39 @@ def test_a_greedy_soup_is_chosen_on_valid_and_judged_like_a_candidate(tmp_path, 
     assert report["stages"]["card"] == 0 and (out / "MODEL_CARD.md").is_file()
     assert ("the soup beats shipped" in text) is report["beats"]
     assert json.loads((out / "eval_test.json").read_text())["checkpoint"] == str(out.resolve())
+
+
+@pytest.mark.parametrize("beats", [True, False])
+def test_ship_copies_only_a_soup_that_beats(tmp_path, tiny_data, tiny_spm, monkeypatch, capsys, beats):
+    """Scores mocked (a soup of random tiny models beats nothing on purpose); everything else is real: the card,
+    and for a soup that beats the alignment, attribution and head sweep, then the copy over the shipped folder."""
+    import hashlib
+
+    from aiayn.evaluation.devsets import SET_NAMES
+    from aiayn.training import continuous
+    from test_train_on import _world
+
+    w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
+    ingredients = [make_tiny_checkpoint(tmp_path / f"i{s}", tiny_spm, "en-de", seed=s) for s in (5, 6)]
+    out = tmp_path / "soup"
+    real = continuous.side_scores
+    low = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
+    high = {k: {"bleu": 1.0, "chrf": 21.0 if beats else 19.0} for k in low}
+
+    def scores(ckpt, work, *a):
+        real(ckpt, work, *a)  # the evaluation files a shipped folder carries
+        return high if ckpt == out else low
+
+    monkeypatch.setattr(continuous, "side_scores", scores)
+    before = hashlib.sha256((w["shipped"] / "model.safetensors").read_bytes()).hexdigest()
+    code = soup_mod.cli_main([*map(str, ingredients), "--out", str(out), "--judge", "--ship", "--data", str(w["data"]),
+                              "--shipped", str(w["shipped"]), "--devsets", str(w["dev"]), "--threads", "1"])
+    text = capsys.readouterr().out
+    assert code == 0, text[-3000:]
+    after = hashlib.sha256((w["shipped"] / "model.safetensors").read_bytes()).hexdigest()
+    if beats:
+        assert "shipped: copied" in text and after == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+        assert {"MODEL_CARD.md", "alignment.json", "attribution.json", "head_sweep.json"} <= {p.name for p in w["shipped"].iterdir()}
+        assert load_checkpoint(w["shipped"])[1]["meta"]["soup"]["method"] == "uniform"
+    else:
+        assert "not shipped" in text and after == before

@@ -678,7 +678,15 @@ def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = No
         first = subprocess.Popen(cmd, start_new_session=True, env=envs[0])
     else:  # one group in this session (a group of another session cannot be joined): killpg reaches every rank
         first = subprocess.Popen(cmd, env=envs[0], preexec_fn=os.setpgrp)
-    procs = [first] + [subprocess.Popen(cmd, env=e, preexec_fn=lambda: os.setpgid(0, first.pid)) for e in envs[1:]]
+    procs = [first]
+    try:
+        for e in envs[1:]:
+            procs.append(subprocess.Popen(cmd, env=e, preexec_fn=lambda: os.setpgid(0, first.pid)))
+    except (OSError, subprocess.SubprocessError) as exc:  # e.g. rank 0 gone already: its group cannot be joined
+        print(f"aiayn train-on: training process {len(procs)} could not start ({exc}); stopping the others",
+              file=sys.stderr)
+        _stop_group(first.pid, procs)
+        return first.returncode if first.returncode not in (None, 0) else 1
     deadline, code = time.monotonic() + max(1.0, timeout_s), None
     try:
         while code is None:

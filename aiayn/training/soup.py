@@ -177,13 +177,15 @@ def _parser() -> argparse.ArgumentParser:
                     "development sets; card it; when it beats, add alignment, attribution and head sweep")
     ap.add_argument("--shipped", default=None, help="the shipped checkpoint to judge against (default: checkpoints/<direction>)")
     ap.add_argument("--devsets", default=None, help="development sets folder (default: assets/devsets)")
+    ap.add_argument("--ship", action="store_true", help="with --judge: copy a soup that beats the shipped model on every "
+                    "set, with its card and files, over it (aiayn.training.continuous.ship)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     return ap
 
 
 def cli_main(argv: list[str]) -> int:
-    """``aiayn soup CKPT CKPT ... --out DIR [--greedy] [--judge] --data DATA``. Returns 0 (whatever the verdict), 2 bad
-    input (one line on stderr), 4 a scoring or card stage failed."""
+    """``aiayn soup CKPT CKPT ... --out DIR [--greedy] [--judge [--ship]] --data DATA``. Returns 0 (whatever the
+    verdict), 2 bad input (one line on stderr; nothing written), 4 a scoring or card stage failed (nothing shipped)."""
     args = _parser().parse_args(argv)
     if args.threads:
         import torch
@@ -194,13 +196,16 @@ def cli_main(argv: list[str]) -> int:
     try:
         if out.exists():  # its evaluation files would be taken for the new weights'; nothing a user made is lost
             raise ValueError(f"{out} exists: remove it or give another --out")
+        if args.ship and not args.judge:
+            raise ValueError("--ship ships only a judged soup: give --judge too")
         if (args.greedy or args.judge) and not args.data:
             raise ValueError("--greedy and --judge score on a data folder: give --data DIR")
         data = Path(args.data).expanduser() if args.data else None
         if data is not None and not (data / "valid.tsv").is_file():
             raise ValueError(f"{data} has no valid.tsv (give a folder made by `aiayn data`)")
         first = Path(args.ingredients[0]).expanduser()
-        direction = args.direction or ((read_config(first).get("meta") or {}).get("direction") if (first / "config.json").is_file() else None)
+        stored = (read_config(first).get("meta") or {}).get("direction") if (first / "config.json").is_file() else None
+        direction = args.direction or stored
         if direction not in ("en-de", "de-en"):
             raise ValueError(f"{first} does not say its direction: give --direction")
         t0 = time.monotonic()
@@ -244,7 +249,15 @@ def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Nam
     (work / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(verdict_line(report, out, "the soup"), flush=True)
     print(f"report: {work / 'verdict.json'}")
-    return 0 if all(code == 0 for code in judged["stages"].values()) else 4
+    complete = all(code == 0 for code in judged["stages"].values())
+    if args.ship and report["beats"] and complete:
+        from .continuous import ship
+
+        ship(out, shipped)
+        print(f"shipped: copied {out} over {shipped} (with its MODEL_CARD.md, alignment, attribution and head sweep)")
+    elif args.ship:
+        print(f"not shipped: {shipped} stays as it is")
+    return 0 if complete else 4
 
 
 if __name__ == "__main__":  # pragma: no cover
