@@ -128,6 +128,8 @@ def test_a_greedy_soup_is_chosen_on_valid_and_judged_like_a_candidate(tmp_path, 
     from test_train_on import _world
 
     w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
+    lines = (w["data"] / "test.tsv").read_text(encoding="utf-8").splitlines()
+    (w["data"] / "test_general.tsv").write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")  # header + 3 pairs
     ingredients = [make_tiny_checkpoint(tmp_path / f"i{s}", tiny_spm, "en-de", seed=s) for s in (5, 6)]
     out = tmp_path / "soup"
     code = soup_mod.cli_main([*map(str, ingredients), "--out", str(out), "--greedy", "--judge", "--data", str(w["data"]),
@@ -138,7 +140,11 @@ def test_a_greedy_soup_is_chosen_on_valid_and_judged_like_a_candidate(tmp_path, 
     report = json.loads((tmp_path / "soup.work" / "verdict.json").read_text())
     assert set(report["scores"]["candidate"]) == {"test", "dev/short", "dev/long", "dev/classic"}
     assert report["record"]["method"] == "greedy" and len(report["record"]["scores"]) == 2
-    assert report["stages"]["card"] == 0 and (out / "MODEL_CARD.md").is_file()
+    assert report["stages"]["card"] == 0 and report["stages"]["general"] == 0
+    assert json.loads((out / "eval_test_general.json").read_text())["n_sentences"] == 3
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "General-sentence test split (`test_general.tsv`, 3 sentences" in card, card
+    assert ("greedy soup" in card) is (len(report["record"]["chosen"]) == 2), card
     assert ("the soup beats shipped" in text) is report["beats"]
     assert json.loads((out / "eval_test.json").read_text())["checkpoint"] == str(out.resolve())
 

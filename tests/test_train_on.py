@@ -368,7 +368,7 @@ def test_an_evaluation_of_other_weights_or_files_is_stale(world, warm, tmp_path)
 def test_dry_run_prints_the_plan_and_starts_nothing(world, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
     run, out = tmp_path / "run", tmp_path / "out"
-    code = continuous.cli_main(["--direction", "en-de", "--until", "23:59", "--run", str(run), "--shipped",
+    code = continuous.cli_main(["--direction", "en-de", "--minutes", "600", "--run", str(run), "--shipped",
                                 str(world["shipped"]), "--data", str(world["data"]), "--out", str(out), "--no-nice",
                                 "--threads", "1", "--recipe", "tiny", "--dry-run"])
     text = capsys.readouterr().out
@@ -387,7 +387,7 @@ def test_kind_weights_pass_through_and_a_folder_without_kinds_is_refused(world, 
     data = tmp_path / "data"
     shutil.copytree(world["data"], data)
     (data / "spm.model").write_bytes(b"another vocabulary")  # so the warm start links a -shipspm folder
-    base = ["--direction", "en-de", "--until", "23:59", "--run", str(tmp_path / "run"), "--shipped", str(world["shipped"]),
+    base = ["--direction", "en-de", "--minutes", "600", "--run", str(tmp_path / "run"), "--shipped", str(world["shipped"]),
             "--out", str(tmp_path / "out"), "--no-nice", "--threads", "1", "--recipe", "tiny", "--dry-run",
             "--kind-weights", "default"]
     assert continuous.cli_main(base + ["--data", str(data)]) == 2
@@ -413,7 +413,7 @@ def test_a_named_recipe_goes_on_with_the_shipped_models_data_mix(world, tmp_path
     (shipped / "config.json").write_text(json.dumps(cfg))
     data = tmp_path / "data"
     shutil.copytree(world["data"], data)
-    base = ["--direction", "en-de", "--until", "23:59", "--run", str(tmp_path / "run"), "--shipped", str(shipped),
+    base = ["--direction", "en-de", "--minutes", "600", "--run", str(tmp_path / "run"), "--shipped", str(shipped),
             "--out", str(tmp_path / "out"), "--no-nice", "--threads", "1", "--recipe", "tiny", "--dry-run",
             "--data", str(data)]
 

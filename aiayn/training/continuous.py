@@ -540,8 +540,9 @@ def interpolation_search(shipped: Path, candidate: Path, data: Path, weights: li
 def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], data: Path, devsets: Path,
                      direction: str, hardware: str, notes: str) -> dict[str, Any]:
     """Score the checkpoint folder ``path`` on the test split and the development sets (into its own evaluation
-    JSONs, :func:`side_scores`), judge it against ``shipped_scores`` (:func:`verdict`), card it (``aiayn card``
-    with ``hardware`` and ``notes``) and, when it beats, give it the files a shipped checkpoint carries (alignment,
+    JSONs, :func:`side_scores`), judge it against ``shipped_scores`` (:func:`verdict`), evaluate it on the data's
+    ``test_general.tsv`` when there is one (its scores go into the card's notes, as a candidate's do), card it
+    (``aiayn card`` with ``hardware`` and ``notes``) and, when it beats, give it the files a shipped checkpoint carries (alignment,
     attribution, head sweep; as a candidate gets them from :mod:`.finish`).
 
     Returns:
@@ -551,11 +552,18 @@ def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], da
     from ..attribution_eval import cli_main as attribution_main
     from ..evaluation.modelcard import cli_main as card_main
     from ..sweep import cli_main as sweep_main
-    from .finish import align_argv, attribution_argv, card_argv, run_stage
+    from ..evaluation.scoring import cli_main as evaluate_main
+    from .finish import _general_notes, _scores, align_argv, attribution_argv, card_argv, run_stage
 
     scores = side_scores(path, path, data, devsets, direction, "cpu")
     v = verdict(scores, shipped_scores)
-    stages = {"card": run_stage("card", card_main, card_argv(path, data, hardware, notes))}
+    stages = {}
+    if (data / "test_general.tsv").is_file():  # the card's general-sentence line, as a candidate's (.finish)
+        stages["general"] = run_stage("general", evaluate_main, [
+            "--checkpoint", str(path), "--data", str(data), "--split", "test_general", "--direction", direction,
+            "--device", "cpu", "--no-progress", "--out", str(path / "eval_test_general.json")])
+        notes = _general_notes(notes, _scores(path / "eval_test_general.json") if stages["general"] == 0 else None)
+    stages["card"] = run_stage("card", card_main, card_argv(path, data, hardware, notes))
     if v["beats"]:
         stages["align"] = run_stage("align", align_main, align_argv(path, data, "cpu"))
         stages["attribution"] = run_stage("attribution", attribution_main, attribution_argv(path, "cpu"))
