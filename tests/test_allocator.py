@@ -72,7 +72,7 @@ def test_train_on_refuses_a_missing_tcmalloc_before_anything_starts(monkeypatch,
 def test_train_on_gives_the_child_the_allocators_environment(monkeypatch, tmp_path, capsys):
     seen = {}
 
-    def child(cmd, timeout_s, env=None):
+    def child(cmd, timeout_s, env=None, processes=1):
         seen["env"] = env
         return 1
     monkeypatch.setattr(continuous, "_run_child", child)

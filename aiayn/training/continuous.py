@@ -811,19 +811,20 @@ def cli_main(argv: list[str]) -> int:
     out = Path(args.out).expanduser() if args.out else CACHE / "train-on" / args.direction
     how = f"resuming {plan['run']} at step {plan['before']['step']}" if plan["resume"] else \
         f"warm start from {shipped} into {plan['run']} (recipe {plan['recipe']}, data {plan['data']})"
-    if plan["processes"] > 1:
-        how += f" as {plan['processes']} processes"
+    processes = plan.get("processes", 1)
+    if processes > 1:
+        how += f" as {processes} processes"
     print(f"aiayn train-on {args.direction}: {how}; training {budget:.1f} minutes, until {deadline:%Y-%m-%d %H:%M %Z}, "
           f"on {describe(child_env)}", flush=True)
     if args.dry_run:
-        times = f"  (x {plan['processes']} processes)" if plan["processes"] > 1 else ""
+        times = f"  (x {processes} processes)" if processes > 1 else ""
         print("$ " + " ".join(plan["cmd"]) + times + f"\n(dry run: nothing started; the candidate would go to {out / 'candidate'})")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.monotonic()
         rc = _run_child(plan["cmd"], (deadline - _dt.datetime.now().astimezone()).total_seconds() - 60 * args.reserve_minutes / 2,
-                        child_env, processes=plan["processes"])
+                        child_env, processes=processes)
         after = _last_state(plan["run"])
         if after is None:
             print(f"aiayn train-on: training failed (exit {rc}) and left no state in {plan['run']}", file=sys.stderr)
