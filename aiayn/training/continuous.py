@@ -463,13 +463,13 @@ def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: st
     ``work/eval_test.json`` and ``work/eval_dev.json`` (``ckpt`` itself is never written to)."""
     from ..evaluation.devsets import EVAL_DEV_FILE, cli_main as dev_main
     from ..evaluation.scoring import cli_main as evaluate_main
+    from .finish import evaluate_argv
 
     work.mkdir(parents=True, exist_ok=True)
     test_json = ckpt / "eval_test.json"
     if not _fresh_test_eval(test_json, ckpt, data / "test.tsv"):
         test_json = work / "eval_test.json"
-        evaluate_main(["--checkpoint", str(ckpt), "--data", str(data), "--direction", direction, "--device", device,
-                       "--no-progress", "--samples", "0", "--out", str(test_json)])
+        evaluate_main(evaluate_argv(ckpt, data, "test", device, test_json, direction=direction, samples=False))
     dev_json = ckpt / EVAL_DEV_FILE
     if not _fresh_dev_eval(dev_json, ckpt, devsets, direction):
         dev_json = work / EVAL_DEV_FILE
@@ -478,6 +478,28 @@ def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: st
     out = {"test": _test_scores(test_json)} if _test_scores(test_json) else {}
     out.update(_dev_scores(dev_json, direction))
     return out
+
+
+def valid_chrf(ckpt: Path, data: Path, direction: str, device: str = "cpu") -> float:
+    """chrF (beam 4, alpha 0.6) of the checkpoint folder ``ckpt`` on ``data/valid.tsv``, the split that chooses
+    (interpolation weights, soup ingredients) and never judges: ``aiayn evaluate --split valid`` into
+    ``ckpt/eval_valid.json``, or that file when it scored these weights on this file already.
+
+    Raises:
+        ValueError: the evaluation failed or its file holds no chrF.
+    """
+    from ..evaluation.scoring import cli_main as evaluate_main
+    from .finish import evaluate_argv
+
+    out = ckpt / "eval_valid.json"
+    if not _fresh_test_eval(out, ckpt, data / "valid.tsv"):
+        rc = evaluate_main(evaluate_argv(ckpt, data, "valid", device, out, direction=direction, samples=False))
+        if rc != 0:
+            raise ValueError(f"{ckpt} could not be scored on {data / 'valid.tsv'} (exit {rc})")
+    scores = _test_scores(out)
+    if scores is None:
+        raise ValueError(f"{out} holds no chrF")
+    return scores["chrf"]
 
 
 def parse_weights(spec: str | None) -> list[float]:
@@ -513,7 +535,6 @@ def interpolation_search(shipped: Path, candidate: Path, data: Path, weights: li
         ValueError: no weights, or a weight's evaluation failed (names it); from ``interpolate``: checkpoints of
             different models.
     """
-    from ..evaluation.scoring import cli_main as evaluate_main
     from .export import interpolate
 
     if not weights:
@@ -523,12 +544,10 @@ def interpolation_search(shipped: Path, candidate: Path, data: Path, weights: li
         path = work / f"interp-{w:g}"
         shutil.rmtree(path, ignore_errors=True)
         interpolate(shipped, candidate, path, weight=w)
-        rc = evaluate_main(["--checkpoint", str(path), "--data", str(data), "--split", "valid", "--direction", direction,
-                            "--device", device, "--no-progress", "--samples", "0", "--out", str(path / "eval_valid.json")])
-        scores = _test_scores(path / "eval_valid.json")
-        if rc != 0 or scores is None:
-            raise ValueError(f"the interpolation w = {w:g} could not be scored on {data / 'valid.tsv'} (exit {rc})")
-        chrf[w] = scores["chrf"]
+        try:
+            chrf[w] = valid_chrf(path, data, direction, device)
+        except ValueError as exc:
+            raise ValueError(f"the interpolation w = {w:g}: {exc}") from None
     best = max(weights, key=lambda w: (chrf[w], -abs(w - 0.5)))
     for w in weights:
         if w != best:
@@ -553,15 +572,14 @@ def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], da
     from ..evaluation.modelcard import cli_main as card_main
     from ..sweep import cli_main as sweep_main
     from ..evaluation.scoring import cli_main as evaluate_main
-    from .finish import _general_notes, _scores, align_argv, attribution_argv, card_argv, run_stage
+    from .finish import _general_notes, _scores, align_argv, attribution_argv, card_argv, evaluate_argv, run_stage
 
     scores = side_scores(path, path, data, devsets, direction, "cpu")
     v = verdict(scores, shipped_scores)
     stages = {}
     if (data / "test_general.tsv").is_file():  # the card's general-sentence line, as a candidate's (.finish)
-        stages["general"] = run_stage("general", evaluate_main, [
-            "--checkpoint", str(path), "--data", str(data), "--split", "test_general", "--direction", direction,
-            "--device", "cpu", "--no-progress", "--out", str(path / "eval_test_general.json")])
+        stages["general"] = run_stage("general", evaluate_main, evaluate_argv(
+            path, data, "test_general", "cpu", path / "eval_test_general.json", direction=direction))
         notes = _general_notes(notes, _scores(path / "eval_test_general.json") if stages["general"] == 0 else None)
     stages["card"] = run_stage("card", card_main, card_argv(path, data, hardware, notes))
     if v["beats"]:

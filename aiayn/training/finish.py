@@ -33,6 +33,14 @@ def run_stage(stage: str, fn, argv: list[str]) -> int:
     return int(code or 0)
 
 
+def evaluate_argv(ckpt: Path, data: Path, split: str, dev: str, out: Path, *, direction: str | None = None,
+                  samples: bool = True) -> list[str]:
+    """``aiayn evaluate``'s arguments: ``ckpt`` on ``data/<split>.tsv`` with the paper's beam search, into ``out``
+    (``direction`` when given, else the checkpoint's own; ``samples=False``: no sample translations in the JSON)."""
+    return (["--checkpoint", str(ckpt), "--data", str(data), "--split", split, "--device", dev, "--no-progress",
+             "--out", str(out)] + (["--direction", direction] if direction else []) + ([] if samples else ["--samples", "0"]))
+
+
 def card_argv(ckpt: Path, data: Path, hardware: str, notes: str) -> list[str]:
     """``aiayn card``'s arguments for ``ckpt``, whose test-split evaluation is ``ckpt/eval_test.json``."""
     return [str(ckpt), "--eval", str(ckpt / "eval_test.json"), "--data", str(data), "--hardware", hardware,
@@ -117,9 +125,7 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
     data = Path(args.data)
     _stage(status, "average", average_cli_main, [args.run, str(tmp), "--last", str(args.last), "--dtype", "float16"])
     for split in splits:
-        _stage(status, f"evaluate_{split}", evaluate_main, ["--checkpoint", str(tmp), "--data", str(data), "--split", split,
-                                                            "--device", dev, "--no-progress",
-                                                            "--out", str(tmp / f"eval_{split}.json")])
+        _stage(status, f"evaluate_{split}", evaluate_main, evaluate_argv(tmp, data, split, dev, tmp / f"eval_{split}.json"))
     _stage(status, "evaluate_dev", dev_main, ["--checkpoint", str(tmp), "--device", dev, "--out", str(tmp / EVAL_DEV_FILE)]
            + (["--devsets", args.devsets] if args.devsets else []))
     general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None

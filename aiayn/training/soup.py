@@ -138,27 +138,18 @@ def greedy_soup(ingredients: list[str | Path], out_dir: str | Path, score: Score
 
 
 def valid_scorer(data: Path, direction: str, device: str = "cpu") -> Scorer:
-    """chrF (beam 4, alpha 0.6) of a checkpoint on ``data/valid.tsv`` (``aiayn evaluate --split valid``, into the
-    folder's ``eval_valid.json``; a fresh one of the same weights and file is reused).
+    """The greedy soup's held-out score: chrF on ``data/valid.tsv`` (:func:`aiayn.training.continuous.valid_chrf`,
+    which reuses a fresh ``eval_valid.json``), printed as it comes.
 
     Raises (from the returned function):
         ValueError: the evaluation failed.
     """
-    from ..evaluation.scoring import cli_main as evaluate_main
-    from .continuous import _fresh_test_eval, _test_scores
+    from .continuous import valid_chrf
 
     def score(path: Path) -> float:
-        out = path / "eval_valid.json"
-        if not _fresh_test_eval(out, path, data / "valid.tsv"):
-            rc = evaluate_main(["--checkpoint", str(path), "--data", str(data), "--split", "valid", "--direction",
-                                direction, "--device", device, "--no-progress", "--samples", "0", "--out", str(out)])
-            if rc != 0:
-                raise ValueError(f"{path} could not be scored on {data / 'valid.tsv'} (exit {rc})")
-        scores = _test_scores(out)
-        if scores is None:
-            raise ValueError(f"{out} holds no chrF")
-        print(f"  valid chrF {scores['chrf']:.2f}: {path}", flush=True)
-        return float(scores["chrf"])
+        chrf = valid_chrf(path, data, direction, device)
+        print(f"  valid chrF {chrf:.2f}: {path}", flush=True)
+        return chrf
 
     return score
 
