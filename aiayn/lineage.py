@@ -126,6 +126,18 @@ def lineage_of(meta: dict[str, Any] | None) -> list[dict[str, Any]]:
              "git_commit": meta.get("git_commit")}]
 
 
+def with_last_note(lineage: Any, said: str) -> Any:
+    """``lineage`` with ``said`` appended to its last run's ``note`` (after a note it has, "; "-separated), for
+    weights that are not simply that run's end (an interpolation, a soup): the lineage table lists runs, and only the
+    note tells how they were mixed. The list and its entries are copied; anything that is not a list of run entries
+    is returned unchanged."""
+    if not (isinstance(lineage, list) and lineage and isinstance(lineage[-1], dict)):
+        return lineage
+    last = dict(lineage[-1])
+    last["note"] = f"{last['note']}; {said}" if last.get("note") else said
+    return lineage[:-1] + [last]
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
 

@@ -17,7 +17,7 @@ from typing import Any
 from .._commit import source_commit
 from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
 from ..files import atomic_copy
-from ..lineage import Lifetime, lifetime, read_run_lineage, run_entry, short_path
+from ..lineage import Lifetime, lifetime, read_run_lineage, run_entry, short_path, with_last_note
 from ..model.transformer import Transformer
 from .history import HISTORY_FILE, load_history
 from .state import list_states, read_config_changes
@@ -147,14 +147,9 @@ def _lineage_with_interpolation(lineage: Any, a_dir: Path, a_life: Lifetime | No
     """B's lineage with its last run's ``note`` saying that these weights mix it with A (appended to a note it has):
     the lineage table shows the runs, and only the note tells that the last one was not used as it ended. A is named
     by its folder and lifetime step (the folder may hold other weights later)."""
-    if not (isinstance(lineage, list) and lineage and isinstance(lineage[-1], dict)):
-        return lineage
-    last = dict(lineage[-1])
     at = f" (lifetime step {a_life.steps:,})" if a_life is not None else ""
-    said = (f"the weights are the interpolation {1.0 - weight:g} x {short_path(a_dir)}{at} + {weight:g} x this "
-            "run's (aiayn interpolate, WiSE-FT)")
-    last["note"] = f"{last['note']}; {said}" if last.get("note") else said
-    return lineage[:-1] + [last]
+    return with_last_note(lineage, f"the weights are the interpolation {1.0 - weight:g} x {short_path(a_dir)}{at} + "
+                                   f"{weight:g} x this run's (aiayn interpolate, WiSE-FT)")
 
 
 def interpolate_cli_main(argv: list[str]) -> int:

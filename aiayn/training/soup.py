@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
 from ..files import atomic_copy
-from ..lineage import lifetime, short_path
+from ..lineage import lifetime, short_path, with_last_note
 from .history import HISTORY_FILE
 
 WEIGHTS_FILE = "model.safetensors"
@@ -92,14 +92,11 @@ def soup(ingredients: list[str | Path], out_dir: str | Path, *, record: dict[str
 def _lineage_with_soup(lineage: Any, paths: list[Path]) -> Any:
     """The first ingredient's lineage with its last run's note saying that the weights are a soup of it and the
     others (named by folder): the lineage table shows one run, and only the note tells that others were mixed in."""
-    if len(paths) == 1 or not (isinstance(lineage, list) and lineage and isinstance(lineage[-1], dict)):
+    if len(paths) == 1:
         return lineage
-    last = dict(lineage[-1])
     others = ", ".join(str(short_path(p)) for p in paths[1:])
-    said = (f"the weights are the mean of this run's and {len(paths) - 1} other fine-tune(s) of the same parent "
-            f"({others}; a model soup, aiayn soup)")
-    last["note"] = f"{last['note']}; {said}" if last.get("note") else said
-    return lineage[:-1] + [last]
+    return with_last_note(lineage, f"the weights are the mean of this run's and {len(paths) - 1} other fine-tune(s) of "
+                                   f"the same parent ({others}; a model soup, aiayn soup)")
 
 
 def greedy_soup(ingredients: list[str | Path], out_dir: str | Path, score: Scorer, work: str | Path) -> dict[str, Any]:
