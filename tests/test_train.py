@@ -635,6 +635,11 @@ def test_check_world_keeps_a_runs_steps_across_process_counts():
         check_world({"world": 2}, 3, 3, 1)
     with pytest.raises(WorldChangeError, match="a number of processes that divides 3"):
         check_world({"world": 1}, 3, 1, 2)
+    # the state's own accumulation wins over the stored configuration, which rank 0 of a resume rewrites (a rank
+    # that read it after rank 0 had written "3" refused a run saved by one process of 6 as 3 on 2)
+    check_world({"world": 1, "accumulation": 6}, 3, 3, 2)
+    with pytest.raises(WorldChangeError, match=r"6 micro-batches \(6 on each of 1"):
+        check_world({"world": 1, "accumulation": 6}, 3, 6, 2)
 
 
 def test_a_state_records_its_world_and_a_resume_on_another_is_refused(tiny_data, tmp_path):

@@ -137,6 +137,31 @@ def test_two_processes_train_one_run_that_resumes_on_one(world):
     assert json.loads((world["run"] / "train_config.json").read_text())["accumulation"] == 2
     changes = [json.loads(x) for x in (world["run"] / "config_changes.jsonl").read_text().splitlines()]
     assert changes[-1]["step"] == 6 and changes[-1]["changed"]["accumulation"] == [1, 2]
+    assert _last(world["run"])["accumulation"] == 2  # a state says its micro-batches per process
+
+    # and back on two: both ranks check the step against the state before rank 0 rewrites the configuration
+    proc = _train_on(world, "--processes", "2", "--train-set", "max_steps=10")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _last(world["run"])["step"] == 10 and _last(world["run"])["world"] == 2
+    assert _last(world["run"])["accumulation"] == 1
+
+
+def test_a_training_that_adds_no_step_is_reported_not_judged(world, tmp_path, monkeypatch, capsys):
+    """A training child that fails before its first step leaves the run as it was: nothing is averaged, scored or
+    written as a candidate (the run's last state would be judged again as if it were new)."""
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    ran = []
+    monkeypatch.setattr(continuous, "_run_child", lambda *a, **k: ran.append(1) or 1)
+    # no state when planned (a warm start); afterwards the run at the step it was planned at: nothing added
+    monkeypatch.setattr(continuous, "_last_state", lambda run: {"step": 0, "tokens": 0, "world": 1} if ran else None)
+    monkeypatch.setattr(continuous, "_build_candidate", lambda *a: pytest.fail("a candidate was built"))
+    out = tmp_path / "o"
+    code = continuous.cli_main(["--direction", "en-de", "--minutes", "30", "--run", str(tmp_path / "run"),
+                                "--shipped", str(world["shipped"]), "--data", str(world["data"]), "--out", str(out),
+                                "--no-nice", "--recipe", "tiny"])
+    err = capsys.readouterr().err
+    assert code == continuous.EXIT_TRAIN_FAILED and "failed (exit 1) before adding a step" in err, err
+    assert not (out / "candidate").exists() and not (out / "verdict.json").exists()
 
 
 def test_a_step_the_processes_cannot_share_is_refused_before_anything_starts(world, tmp_path, monkeypatch, capsys):

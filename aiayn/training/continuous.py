@@ -255,8 +255,9 @@ def share_accumulation(micro_batches: int, processes: int) -> int:
 
 
 def resume_accumulation(stored: int, saved_world: int, given: int | None, processes: int) -> int | None:
-    """The ``--accumulation`` for resuming on ``processes`` processes a run whose stored configuration has
-    ``stored`` micro-batches per process and whose last state was saved by ``saved_world`` processes: the same
+    """The ``--accumulation`` for resuming on ``processes`` processes a run whose last state was saved by
+    ``saved_world`` processes of ``stored`` micro-batches each (the state's ``world`` and ``accumulation``; the
+    run's stored configuration for states written before a state recorded its accumulation): the same
     steps (``stored x saved_world`` micro-batches) shared anew, or ``given`` (a whole step's micro-batches, from
     ``--train-set``) shared; None when nothing need be given (same world and nothing asked, or a derived
     accumulation, 0, which ``aiayn train`` rounds to the world itself).
@@ -339,7 +340,7 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
 
         minutes = float(last.get("wall_time", 0.0)) / 60 + budget_min
         _check_mix(Path(stored["data_dir"]).expanduser(), extra)
-        accumulation = resume_accumulation(int(stored.get("accumulation") or 0), int(last.get("world", 1)),
+        accumulation = resume_accumulation(int(last.get("accumulation", stored.get("accumulation")) or 0), int(last.get("world", 1)),
                                            extra.pop("accumulation", None), processes)
         if accumulation is not None:
             extra["accumulation"] = accumulation
@@ -850,6 +851,10 @@ def cli_main(argv: list[str]) -> int:
         added = {"steps": int(after["step"]) - int(plan["before"]["step"]), "tokens": int(after["tokens"]) - int(plan["before"]["tokens"]),
                  "step": int(after["step"]), "training_exit_code": rc}
         print(f"training added {added['steps']:,} steps and {added['tokens']:,} target tokens (run at step {added['step']:,})", flush=True)
+        if rc != 0 and added["steps"] <= 0:  # nothing new to average or judge: the run is as it was
+            print(f"aiayn train-on: training failed (exit {rc}) before adding a step; {plan['run']} is unchanged at "
+                  f"step {added['step']:,} (see the training output above)", file=sys.stderr)
+            return EXIT_TRAIN_FAILED
         notes = (f"Trained on with `aiayn train-on` ({how}); this call added {added['steps']:,} steps and "
                  f"{added['tokens']:,} target tokens.")
         seconds = {"training": round(time.monotonic() - t0, 1)}

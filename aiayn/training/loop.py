@@ -220,7 +220,9 @@ def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
     if resumed:
         run.state = load_state_into(states[-1], run.model, run.opt)
         check_world(run.state, _stored_config(tc, True).get("accumulation"), tc.accumulation, run.world)
-        run.state["world"] = run.world
+        if run.world > 1:  # every rank has read the stored configuration before rank 0 records the resume's changes
+            dist.barrier()
+        run.state.update(world=run.world, accumulation=tc.accumulation)
         if tc.adam_impl == "fused":  # fused Adam wants its float32 step counts on the parameters' device
             for p, st in run.opt.state.items():
                 st["step"] = st["step"].to(p.device, torch.float32)
@@ -256,7 +258,10 @@ def check_world(state: dict[str, Any], stored_accumulation: int | None, accumula
     """Refuse to resume a run whose steps would change: a step is ``accumulation`` micro-batches on each of ``world``
     ranks (:func:`aiayn.training.pipeline.step_groups`), so a run saved by W processes with accumulation a resumes
     exactly under w processes only with accumulation a x W / w. ``state["world"]`` is the number of processes that
-    saved it (1 for states written before it was recorded). Nothing is checked for an unchanged world (a changed
+    saved it (1 for states written before it was recorded) and ``state["accumulation"]`` each one's micro-batches
+    (``stored_accumulation``, the run's ``train_config.json``, for states written before it was recorded: the state
+    is what saved the steps, while rank 0 of a resume rewrites the configuration). Nothing is checked for an
+    unchanged world (a changed
     ``--accumulation`` is then a recorded change of the recipe) or a derived accumulation (0: from
     ``tokens_per_step``, rounded to the world size).
 
@@ -264,6 +269,7 @@ def check_world(state: dict[str, Any], stored_accumulation: int | None, accumula
         WorldChangeError: the global batch would change; the message names the accumulation that keeps it.
     """
     before = int(state.get("world", 1))
+    stored_accumulation = state.get("accumulation", stored_accumulation)
     if before == world or not stored_accumulation or accumulation == 0:
         return
     per_step = int(stored_accumulation) * before
@@ -548,7 +554,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
     run = _Run(tc, cfg, device, rank, world, Path(tc.run_dir).expanduser(), model, make_optimizer(model, tc))
-    run.state["world"] = world  # the processes a saved state came from (check_world at a resume)
+    # the processes a saved state came from and their micro-batches each (check_world at a resume)
+    run.state.update(world=world, accumulation=tc.accumulation)
     resumed = _start_or_resume(tc, run, resume=resume, log=log)
     # attention of a few curated sentences at every saved state (no RNG drawn, train mode restored: .history)
     recorder = AttentionRecorder(tokenizer, tc.direction, max_len=cfg.max_len, log=log) if rank == 0 and tc.record_attention else None
