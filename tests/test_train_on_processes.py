@@ -124,6 +124,7 @@ def test_two_processes_train_one_run_that_resumes_on_one(world):
     proc = _train_on(world, "--processes", "2", "--train-set", "max_steps=6", "accumulation=2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "as 2 processes" in proc.stdout and "(x 2 processes)" in proc.stdout
+    assert proc.stdout.count("initialised the weights from") == 1  # rank 0 speaks for both
     tc = json.loads((world["run"] / "train_config.json").read_text())
     assert tc["accumulation"] == 1 and tc["threads"] == 1  # each rank: half the step, half the threads
     assert _last(world["run"])["step"] == 6 and _last(world["run"])["world"] == 2
@@ -143,6 +144,7 @@ def test_two_processes_train_one_run_that_resumes_on_one(world):
     proc = _train_on(world, "--processes", "2", "--train-set", "max_steps=10")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _last(world["run"])["step"] == 10 and _last(world["run"])["world"] == 2
+    assert proc.stdout.count("resumed from ") == 1
     assert _last(world["run"])["accumulation"] == 1
 
 

@@ -91,6 +91,16 @@ def average_cli_main(argv: list[str]) -> int:
     return 0
 
 
+def require_one_model(a_dir: Path, b_dir: Path, differing: list[str]) -> None:
+    """Raise ValueError when two checkpoints cannot be combined weight by weight (an interpolation, a soup): their
+    model configurations differ in the fields ``differing`` (the caller's comparison), or their SentencePiece models
+    differ (one piece id would mean two pieces)."""
+    if differing:
+        raise ValueError(f"{a_dir} and {b_dir} are not checkpoints of one model shape (they differ in {differing})")
+    if (a_dir / SPM_FILE).read_bytes() != (b_dir / SPM_FILE).read_bytes():
+        raise ValueError(f"{a_dir} and {b_dir} do not share one SentencePiece model ({SPM_FILE} differs)")
+
+
 def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, weight: float) -> Path:
     """Write ``(1 - weight) A + weight B``, tensor by tensor, of two checkpoints of one model (same shape, same
     SentencePiece model), as ``out_dir``: a weight-space ensemble of a model and its fine-tuned descendant (WiSE-FT,
@@ -118,12 +128,9 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     # B warm-started from A with tags added (--domain-tags, --bidirectional): A's tag rows are the start piece's, as
     # the warm start made them (training.state.add_tag_rows), so w = 0 is A and w = 1 is B
     tags_added = conf_a.n_embeddings == conf_a.vocab_size and conf_a.replace(**tags) == conf_b
-    if conf_a != conf_b and not tags_added:
-        diff = [f.name for f in dataclasses.fields(conf_a) if f.compare and getattr(conf_a, f.name) != getattr(conf_b, f.name)]
-        raise ValueError(f"{a_dir} and {b_dir} are not checkpoints of one model shape (they differ in {diff})")
-    spm_a, spm_b = (a_dir / SPM_FILE).read_bytes(), (b_dir / SPM_FILE).read_bytes()
-    if spm_a != spm_b:
-        raise ValueError(f"{a_dir} and {b_dir} do not share one SentencePiece model ({SPM_FILE} differs)")
+    same = conf_a == conf_b or tags_added
+    require_one_model(a_dir, b_dir, [] if same else [f.name for f in dataclasses.fields(conf_a)
+                                                     if f.compare and getattr(conf_a, f.name) != getattr(conf_b, f.name)])
     a_state = model_a.state_dict()
     if tags_added:
         from .state import add_tag_rows
@@ -136,7 +143,7 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
                              "a": {"path": str(a_dir), "step": meta_a.get("step"),
                                    "averaged_states": meta_a.get("averaged_states")}}
     meta["lineage"] = _lineage_with_interpolation(meta.get("lineage"), a_dir, lifetime(meta_a), weight)
-    out = save_checkpoint(out_dir, model_b, spm_model=spm_b, dtype=cfg_b.get("dtype", "float32"), meta=meta)
+    out = save_checkpoint(out_dir, model_b, spm_model=(b_dir / SPM_FILE).read_bytes(), dtype=cfg_b.get("dtype", "float32"), meta=meta)
     for name in ("metrics.jsonl", HISTORY_FILE):
         if (b_dir / name).is_file():
             atomic_copy(b_dir / name, Path(out) / name)

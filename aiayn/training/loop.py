@@ -513,8 +513,13 @@ def _training_pairs(tc: TrainConfig, run: _Run, tokenizer, mix: KindMix | None, 
     return data
 
 
+def _silent(*args: Any, **kwargs: Any) -> None:
+    """The ``log`` of ranks other than 0."""
+
+
 def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
-    """Run (or resume) training as configured; returns the run directory.
+    """Run (or resume) training as configured; returns the run directory. Progress lines go to ``log`` (on rank 0
+    only, under DistributedDataParallel: the ranks would print the same lines).
 
     Raises:
         FileExistsError: ``resume`` is False and ``run_dir`` already holds saved states (a fresh start would
@@ -544,6 +549,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
     rank, world = rank_and_world()
+    if rank != 0:  # every rank runs the same code: rank 0 speaks for them (errors still raise on the rank they hit)
+        log = _silent
     data_dir = Path(tc.data_dir).expanduser()
     tokenizer = Tokenizer.load(data_dir / "spm.model")
     mix = kind_mix(data_dir, tc.kind_weights)  # refused here, before the run directory is touched

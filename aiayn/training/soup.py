@@ -27,6 +27,7 @@ from typing import Any, Callable
 from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
 from ..files import atomic_copy
 from ..lineage import lifetime, short_path, with_last_note
+from .export import require_one_model
 from .history import HISTORY_FILE
 
 WEIGHTS_FILE = "model.safetensors"
@@ -38,14 +39,9 @@ def _check_one_model(ingredients: list[Path]) -> None:
     """Raise ValueError unless every ingredient is a checkpoint of one model shape with one SentencePiece model."""
     first = ingredients[0]
     model = (read_config(first).get("model") or {})
-    spm = (first / SPM_FILE).read_bytes()
     for other in ingredients[1:]:
         conf = read_config(other).get("model") or {}
-        if conf != model:
-            diff = sorted(k for k in set(conf) | set(model) if conf.get(k) != model.get(k))
-            raise ValueError(f"{first} and {other} are not checkpoints of one model shape (they differ in {diff})")
-        if (other / SPM_FILE).read_bytes() != spm:
-            raise ValueError(f"{first} and {other} do not share one SentencePiece model ({SPM_FILE} differs)")
+        require_one_model(first, other, sorted(k for k in set(conf) | set(model) if conf.get(k) != model.get(k)))
 
 
 def soup(ingredients: list[str | Path], out_dir: str | Path, *, record: dict[str, Any] | None = None) -> Path:
