@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "average fine-tunes of one model (a model soup: uniform, or greedy on the valid split) and judge it"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),
     "evaluate-dev": ("aiayn.evaluation.devsets", "cli_main", "BLEU and chrF on the project's development sets (assets/devsets: short, long, classic)"),
+    "compare-evals": ("aiayn.evaluation.paired", "cli_main",
+                      "which outputs changed between two checkpoints' evaluations, and whether each chrF difference is more than chance (paired bootstrap)"),
     "card": ("aiayn.evaluation.modelcard", "cli_main", "write MODEL_CARD.md for a checkpoint from measured results"),
     "translate": ("aiayn.translate_cli", "cli_main", "translate text with a checkpoint (beam search, Section 6.1)"),
     "bench": ("benchmarks.__main__", "main", "speed and memory against torch.nn.Transformer"),

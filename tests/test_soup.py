@@ -162,15 +162,11 @@ def test_ship_copies_only_a_soup_that_beats(tmp_path, tiny_data, tiny_spm, monke
     w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
     ingredients = [make_tiny_checkpoint(tmp_path / f"i{s}", tiny_spm, "en-de", seed=s) for s in (5, 6)]
     out = tmp_path / "soup"
-    real = continuous.side_scores
     low = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
     high = {k: {"bleu": 1.0, "chrf": 21.0 if beats else 19.0} for k in low}
 
-    def scores(ckpt, work, *a):
-        real(ckpt, work, *a)  # the evaluation files a shipped folder carries
-        return high if ckpt == out else low
-
-    monkeypatch.setattr(continuous, "side_scores", scores)
+    # the evaluations are real (the files a shipped folder carries), the scores the verdict compares are not
+    monkeypatch.setattr(continuous, "eval_scores", lambda evals, direction: high if evals["dev"].parent == out else low)
     before = hashlib.sha256((w["shipped"] / "model.safetensors").read_bytes()).hexdigest()
     code = soup_mod.cli_main([*map(str, ingredients), "--out", str(out), "--judge", "--ship", "--data", str(w["data"]),
                               "--shipped", str(w["shipped"]), "--devsets", str(w["dev"]), "--threads", "1"])

@@ -206,6 +206,14 @@ def test_two_warm_starts_at_once_make_the_same_shipspm_folder(world, tmp_path):
     assert (out / "spm.model").read_bytes() == (world["shipped"] / "spm.model").read_bytes()
 
 
+def _mock_scores(monkeypatch, by_ckpt) -> None:
+    """The scoring of both sides mocked: each checkpoint's evaluation files are its own (``side_evals``), and its
+    scores are ``by_ckpt(checkpoint folder)`` (``eval_scores``)."""
+    monkeypatch.setattr(continuous, "side_evals",
+                        lambda ckpt, *a: {"test": ckpt / "eval_test.json", "dev": ckpt / "eval_dev.json"})
+    monkeypatch.setattr(continuous, "eval_scores", lambda evals, direction: by_ckpt(evals["dev"].parent))
+
+
 @pytest.mark.parametrize("beats, flag, shipped_changes", [(True, True, True), (True, False, False), (False, True, False)])
 def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, beats, flag, shipped_changes, capsys):
     """The whole command in-process, with training and the candidate build skipped and the scores mocked."""
@@ -219,7 +227,7 @@ def test_ship_only_with_the_flag_and_a_win(world, warm, monkeypatch, tmp_path, b
     monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
     score = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
     up = {k: {"bleu": 1.0, "chrf": 21.0 if beats else 19.0} for k in score}
-    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: up if ckpt == out / "candidate" else score)
+    _mock_scores(monkeypatch, lambda ckpt: up if ckpt == out / "candidate" else score)
     argv = ["--direction", "en-de", "--minutes", "5", "--reserve-minutes", "1", "--run", str(world["run"]), "--shipped",
             str(shipped), "--out", str(out), "--no-nice", "--threads", "1"] + (["--ship"] if flag else [])
     assert continuous.cli_main(argv) == 0
@@ -292,13 +300,13 @@ def test_interpolation_is_chosen_on_the_valid_split_and_judged_like_the_candidat
 def test_an_interpolation_that_beats_ships_when_the_candidate_does_not(world, warm, monkeypatch, tmp_path, capsys):
     shipped, out = _judged_world(world, tmp_path, monkeypatch)
 
-    def scores(ckpt, *a):
+    def scores(ckpt):
         if ckpt.name.startswith("interp-"):  # what the real scoring leaves there, which the card reads
             shutil.copy(out / "candidate" / "eval_test.json", ckpt / "eval_test.json")
             return HIGHER
         return LOWER if ckpt == out / "candidate" else SAME
 
-    monkeypatch.setattr(continuous, "side_scores", scores)
+    _mock_scores(monkeypatch, scores)
     assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
     text = capsys.readouterr().out
     assert "candidate does not beat shipped" in text and "interpolation w = 0.5" in text
@@ -315,7 +323,7 @@ def test_an_interpolation_without_a_card_is_not_shipped(world, warm, monkeypatch
     shipped, out = _judged_world(world, tmp_path, monkeypatch)
     before = _digest(shipped)
     # beats on paper, but no eval_test.json is left for its card (the mocked scoring writes none)
-    monkeypatch.setattr(continuous, "side_scores", lambda ckpt, *a: HIGHER if ckpt.name.startswith("interp-") else SAME)
+    _mock_scores(monkeypatch, lambda ckpt: HIGHER if ckpt.name.startswith("interp-") else SAME)
     assert continuous.cli_main(_interp_argv(world, shipped, out, "--interpolate", "0.5", "--ship")) == 0
     assert json.loads((out / "verdict.json").read_text())["interpolation"]["stages"]["card"] != 0
     assert "not shipped" in capsys.readouterr().out and _digest(shipped) == before

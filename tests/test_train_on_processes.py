@@ -130,6 +130,10 @@ def test_two_processes_train_one_run_that_resumes_on_one(world):
     assert _last(world["run"])["step"] == 6 and _last(world["run"])["world"] == 2
     report = json.loads((world["out"] / "verdict.json").read_text())
     assert report["processes"] == 2 and report["added"]["steps"] == 6 and report["added"]["training_exit_code"] == 0
+    # the verdict compares the outputs too: the candidate's test outputs are stored, the shipped side's measured
+    paired = report["paired"]
+    assert paired["test_skipped"] is None and {"test", "short"} <= set(paired["sets"]), paired
+    assert all(0.0 < s["p_value"] <= 1.0 and s["n_changed"] <= s["n_sentences"] for s in paired["sets"].values())
     assert "2 training processes" in (world["out"] / "candidate" / "MODEL_CARD.md").read_text()
 
     proc = _train_on(world, "--train-set", "max_steps=8")  # one process: the same 2 micro-batches a step

@@ -397,8 +397,15 @@ def verdict_line(v: dict[str, Any], candidate: Path, what: str = "candidate") ->
     side judged: "candidate", "the interpolation")."""
     if v["beats"]:
         return f"{what} beats shipped: {candidate}"
+    paired = (v.get("paired") or {}).get("sets") or {}
+
+    def why(name: str) -> str:  # how many outputs changed, and the paired bootstrap's p (aiayn compare-evals)
+        p = paired.get(name.removeprefix("dev/"))
+        return "" if p is None else f"; {p['n_changed']} of {p['n_sentences']} changed, p {p['p_value']:.2f}"
+
     lost = [f"{n} ({s['candidate'] if s['candidate'] is None else round(s['candidate'], 2)} vs "
-            f"{s['shipped'] if s['shipped'] is None else round(s['shipped'], 2)})" for n, s in v["sets"].items() if not s["better"]]
+            f"{s['shipped'] if s['shipped'] is None else round(s['shipped'], 2)}{why(n)})"
+            for n, s in v["sets"].items() if not s["better"]]
     return f"{what} does not beat shipped on {v['metric']}: " + ", ".join(lost) + f" ({what} kept in {candidate})"
 
 
@@ -458,27 +465,54 @@ def _fresh_dev_eval(path: Path, ckpt: Path, devsets: Path, direction: str) -> bo
         and all((sets.get(n) or {}).get("sha256") == sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES)
 
 
-def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, dict[str, float]]:
-    """The test split and development set scores of a checkpoint: read from its own ``eval_test.json`` and
-    ``eval_dev.json`` when they scored the same files with the paper's decoding, else measured now into
-    ``work/eval_test.json`` and ``work/eval_dev.json`` (``ckpt`` itself is never written to)."""
+def side_evals(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, Path]:
+    """``{"test": eval_test.json, "dev": eval_dev.json}`` of a checkpoint: its own files when they scored the same
+    files with the paper's decoding (and the test file kept its outputs, which the paired comparison reads), else
+    measured now into ``work/`` (``ckpt`` itself is never written to)."""
     from ..evaluation.devsets import EVAL_DEV_FILE, cli_main as dev_main
     from ..evaluation.scoring import cli_main as evaluate_main
     from .finish import evaluate_argv
 
     work.mkdir(parents=True, exist_ok=True)
     test_json = ckpt / "eval_test.json"
-    if not _fresh_test_eval(test_json, ckpt, data / "test.tsv"):
+    if not (_fresh_test_eval(test_json, ckpt, data / "test.tsv") and "hypotheses" in _read_json(test_json)):
         test_json = work / "eval_test.json"
-        evaluate_main(evaluate_argv(ckpt, data, "test", device, test_json, direction=direction, samples=False))
+        evaluate_main(evaluate_argv(ckpt, data, "test", device, test_json, direction=direction, samples=False,
+                                    hypotheses=True))
     dev_json = ckpt / EVAL_DEV_FILE
     if not _fresh_dev_eval(dev_json, ckpt, devsets, direction):
         dev_json = work / EVAL_DEV_FILE
         dev_main(["--checkpoint", str(ckpt), "--devsets", str(devsets), "--direction", direction, "--device", device,
                   "--out", str(dev_json)])
-    out = {"test": _test_scores(test_json)} if _test_scores(test_json) else {}
-    out.update(_dev_scores(dev_json, direction))
+    return {"test": test_json, "dev": dev_json}
+
+
+def eval_scores(evals: dict[str, Path], direction: str) -> dict[str, dict[str, float]]:
+    """The scores :func:`verdict` compares (``{"test": {"bleu", "chrf"}, "dev/short": ...}``) from the files of
+    :func:`side_evals`; a file that cannot be read gives no entry (a loss for its side)."""
+    test = _test_scores(evals["test"])
+    out = {"test": test} if test else {}
+    out.update(_dev_scores(evals["dev"], direction))
     return out
+
+
+def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, dict[str, float]]:
+    """The test split and development set scores of a checkpoint (:func:`side_evals`, :func:`eval_scores`)."""
+    return eval_scores(side_evals(ckpt, work, data, devsets, direction, device), direction)
+
+
+def paired_comparison(shipped: dict[str, Path], candidate: dict[str, Path], data: Path, devsets: Path,
+                      direction: str) -> dict[str, Any]:
+    """Which outputs changed between the two sides' evaluations (:func:`side_evals`) and each set's paired
+    bootstrap p-value (:mod:`aiayn.evaluation.paired`), as JSON for the verdict; ``{"error": message}`` when the
+    comparison cannot be made (it informs the verdict, never decides it)."""
+    from ..evaluation.paired import compare_files, summary
+
+    try:
+        return summary(compare_files(shipped["dev"], candidate["dev"], shipped["test"], candidate["test"],
+                                     devsets=devsets, data=data, direction=direction))
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc)}
 
 
 def valid_chrf(ckpt: Path, data: Path, direction: str, device: str = "cpu") -> float:
@@ -558,12 +592,16 @@ def interpolation_search(shipped: Path, candidate: Path, data: Path, weights: li
 
 
 def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], data: Path, devsets: Path,
-                     direction: str, hardware: str, notes: str) -> dict[str, Any]:
+                     direction: str, hardware: str, notes: str, shipped_evals: dict[str, Path] | None = None
+                     ) -> dict[str, Any]:
     """Score the checkpoint folder ``path`` on the test split and the development sets (into its own evaluation
     JSONs, :func:`side_scores`), judge it against ``shipped_scores`` (:func:`verdict`), evaluate it on the data's
     ``test_general.tsv`` when there is one (its scores go into the card's notes, as a candidate's do), card it
     (``aiayn card`` with ``hardware`` and ``notes``) and, when it beats, give it the files a shipped checkpoint carries (alignment,
     attribution, head sweep; as a candidate gets them from :mod:`.finish`).
+
+    With ``shipped_evals`` (the shipped side's files, :func:`side_evals`), the verdict also says which outputs
+    changed and how likely each difference is by chance (``"paired"``, :func:`paired_comparison`).
 
     Returns:
         the verdict plus ``"scores"`` (this checkpoint's) and ``"stages"`` (exit code of each stage run).
@@ -575,8 +613,11 @@ def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], da
     from ..evaluation.scoring import cli_main as evaluate_main
     from .finish import _general_notes, _scores, align_argv, attribution_argv, card_argv, evaluate_argv, run_stage
 
-    scores = side_scores(path, path, data, devsets, direction, "cpu")
+    evals = side_evals(path, path, data, devsets, direction, "cpu")
+    scores = eval_scores(evals, direction)
     v = verdict(scores, shipped_scores)
+    if shipped_evals:
+        v["paired"] = paired_comparison(shipped_evals, evals, data, devsets, direction)
     stages = {}
     if (data / "test_general.tsv").is_file():  # the card's general-sentence line, as a candidate's (.finish)
         stages["general"] = run_stage("general", evaluate_main, evaluate_argv(
@@ -603,7 +644,8 @@ def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Pa
     notes = (f"A weight interpolation (1 - w) x {shipped} + w x the candidate of `aiayn train-on` (WiSE-FT), w = {w:g}, "
              f"chosen by chrF on the valid split among {', '.join(search['valid_chrf'])}.")
     judged = judge_checkpoint(Path(search["checkpoint"]), report["scores"]["shipped"], Path(plan["data"]), devsets,
-                              args.direction, _hardware(args.threads, plan.get("processes", 1)), notes)
+                              args.direction, _hardware(args.threads, plan.get("processes", 1)), notes,
+                              {k: Path(v) for k, v in (report.get("shipped_evals") or {}).items()} or None)
     report["interpolation"] = {**search, **judged}
     report["seconds"]["interpolation"] = round(time.monotonic() - t0, 1)
     (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -782,15 +824,18 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
     cand = out / "candidate"
     t0 = time.monotonic()
-    cand_scores = side_scores(cand, cand, plan["data"], devsets, args.direction, "cpu")
-    ship_scores = side_scores(shipped, out / "shipped", plan["data"], devsets, args.direction, "cpu")
+    cand_evals = side_evals(cand, cand, plan["data"], devsets, args.direction, "cpu")
+    ship_evals = side_evals(shipped, out / "shipped", plan["data"], devsets, args.direction, "cpu")
+    cand_scores, ship_scores = eval_scores(cand_evals, args.direction), eval_scores(ship_evals, args.direction)
     seconds["scoring"] = round(time.monotonic() - t0, 1)
     v = verdict(cand_scores, ship_scores)
+    v["paired"] = paired_comparison(ship_evals, cand_evals, Path(plan["data"]), devsets, args.direction)
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
               "processes": plan.get("processes", 1),
               "seconds": seconds,
               "scores": {"candidate": cand_scores, "shipped": ship_scores},
+              "shipped_evals": {k: str(v) for k, v in ship_evals.items()},
               "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     (out / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report

@@ -34,11 +34,13 @@ def run_stage(stage: str, fn, argv: list[str]) -> int:
 
 
 def evaluate_argv(ckpt: Path, data: Path, split: str, dev: str, out: Path, *, direction: str | None = None,
-                  samples: bool = True) -> list[str]:
+                  samples: bool = True, hypotheses: bool = False) -> list[str]:
     """``aiayn evaluate``'s arguments: ``ckpt`` on ``data/<split>.tsv`` with the paper's beam search, into ``out``
-    (``direction`` when given, else the checkpoint's own; ``samples=False``: no sample translations in the JSON)."""
+    (``direction`` when given, else the checkpoint's own; ``samples=False``: no sample translations in the JSON;
+    ``hypotheses``: every output in it, which ``aiayn compare-evals`` and the verdict's paired comparison read)."""
     return (["--checkpoint", str(ckpt), "--data", str(data), "--split", split, "--device", dev, "--no-progress",
-             "--out", str(out)] + (["--direction", direction] if direction else []) + ([] if samples else ["--samples", "0"]))
+             "--out", str(out)] + (["--direction", direction] if direction else []) + ([] if samples else ["--samples", "0"])
+            + (["--hypotheses"] if hypotheses else []))
 
 
 def card_argv(ckpt: Path, data: Path, hardware: str, notes: str) -> list[str]:
@@ -125,7 +127,8 @@ def _build_checkpoint(args: argparse.Namespace, tmp: Path, splits: list[str], de
     data = Path(args.data)
     _stage(status, "average", average_cli_main, [args.run, str(tmp), "--last", str(args.last), "--dtype", "float16"])
     for split in splits:
-        _stage(status, f"evaluate_{split}", evaluate_main, evaluate_argv(tmp, data, split, dev, tmp / f"eval_{split}.json"))
+        _stage(status, f"evaluate_{split}", evaluate_main, evaluate_argv(tmp, data, split, dev, tmp / f"eval_{split}.json",
+                                                                          hypotheses=split == "test"))
     _stage(status, "evaluate_dev", dev_main, ["--checkpoint", str(tmp), "--device", dev, "--out", str(tmp / EVAL_DEV_FILE)]
            + (["--devsets", args.devsets] if args.devsets else []))
     general = _scores(tmp / "eval_test_general.json") if "test_general" in splits else None

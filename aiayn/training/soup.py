@@ -212,7 +212,7 @@ def cli_main(argv: list[str]) -> int:
 def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Namespace, soup_s: float) -> int:
     """Score, judge and card the soup (:func:`aiayn.training.continuous.judge_checkpoint`); the report goes to
     ``work/verdict.json``."""
-    from .continuous import REPO, _hardware, judge_checkpoint, side_scores, verdict_line
+    from .continuous import REPO, _hardware, eval_scores, judge_checkpoint, side_evals, verdict_line
 
     shipped = Path(args.shipped).expanduser() if args.shipped else REPO / "checkpoints" / direction
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
@@ -223,8 +223,10 @@ def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Nam
              + (" (chosen by chrF on the valid split)." if how == "greedy" else "."))
     try:
         work.mkdir(parents=True, exist_ok=True)
-        shipped_scores = side_scores(shipped, work / "shipped", data, devsets, direction, "cpu")
-        judged = judge_checkpoint(out, shipped_scores, data, devsets, direction, _hardware(args.threads), notes)
+        shipped_evals = side_evals(shipped, work / "shipped", data, devsets, direction, "cpu")
+        shipped_scores = eval_scores(shipped_evals, direction)
+        judged = judge_checkpoint(out, shipped_scores, data, devsets, direction, _hardware(args.threads), notes,
+                                  shipped_evals)
     except ValueError as exc:
         print(f"aiayn soup: {exc}", file=sys.stderr)
         return 4
