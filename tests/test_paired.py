@@ -82,7 +82,9 @@ def _dev_eval(path: Path, devsets: Path, hyps: list[str], beam: int = 4) -> Path
 
 
 def _test_eval(folder: Path, data: Path, hyps: list[str] | None, batch_size: int = 32) -> None:
-    ev = {"direction": "en-de", "split": "test", "decoding": {"beam_size": 4, "alpha": 0.6, "batch_size": batch_size},
+    # an older evaluation records no domain or reranking: the same decoding as None
+    extra = {"domain": None, "rerank": None} if batch_size == 32 else {}
+    ev = {"direction": "en-de", "split": "test", "decoding": {"beam_size": 4, "alpha": 0.6, "batch_size": batch_size, **extra},
           "limit": None, "data": {"data_dir": str(data), "split_file_sha256": sha256_file(data / "test.tsv")}}
     if hyps is not None:
         ev["hypotheses"] = hyps

@@ -165,8 +165,9 @@ def _eval_file(given: Path, name: str) -> Path:
 
 
 def _decoding(ev: dict[str, Any]) -> dict[str, Any]:
-    """The decoding settings that change outputs (the batch size does not)."""
-    return {k: v for k, v in (ev.get("decoding") or {}).items() if k != "batch_size"}
+    """The decoding settings that change outputs (the batch size does not; a setting recorded as None is the one
+    older evaluations did not record: no domain tag, no reranking)."""
+    return {k: v for k, v in (ev.get("decoding") or {}).items() if k != "batch_size" and v is not None}
 
 
 def _dev_results(base: dict[str, Any], cand: dict[str, Any], devsets: Path, direction: str | None, **kw: Any
