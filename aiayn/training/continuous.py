@@ -841,6 +841,24 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     return report
 
 
+def _what_training_added(plan: dict[str, Any], rc: int) -> dict[str, int] | None:
+    """``{"steps", "tokens", "step", "training_exit_code"}`` the training child added to the run (printed), or None
+    (and why, on stderr) when there is nothing to judge: no state at all, or a failed child that added no step (the
+    run's last state is as it was)."""
+    after = _last_state(plan["run"])
+    if after is None:
+        print(f"aiayn train-on: training failed (exit {rc}) and left no state in {plan['run']}", file=sys.stderr)
+        return None
+    added = {"steps": int(after["step"]) - int(plan["before"]["step"]), "tokens": int(after["tokens"]) - int(plan["before"]["tokens"]),
+             "step": int(after["step"]), "training_exit_code": rc}
+    print(f"training added {added['steps']:,} steps and {added['tokens']:,} target tokens (run at step {added['step']:,})", flush=True)
+    if rc != 0 and added["steps"] <= 0:
+        print(f"aiayn train-on: training failed (exit {rc}) before adding a step; {plan['run']} is unchanged at "
+              f"step {added['step']:,} (see the training output above)", file=sys.stderr)
+        return None
+    return added
+
+
 def _interrupt(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
     raise KeyboardInterrupt
 
@@ -889,16 +907,8 @@ def cli_main(argv: list[str]) -> int:
         t0 = time.monotonic()
         rc = _run_child(plan["cmd"], (deadline - _dt.datetime.now().astimezone()).total_seconds() - 60 * args.reserve_minutes / 2,
                         child_env, processes=processes)
-        after = _last_state(plan["run"])
-        if after is None:
-            print(f"aiayn train-on: training failed (exit {rc}) and left no state in {plan['run']}", file=sys.stderr)
-            return EXIT_TRAIN_FAILED
-        added = {"steps": int(after["step"]) - int(plan["before"]["step"]), "tokens": int(after["tokens"]) - int(plan["before"]["tokens"]),
-                 "step": int(after["step"]), "training_exit_code": rc}
-        print(f"training added {added['steps']:,} steps and {added['tokens']:,} target tokens (run at step {added['step']:,})", flush=True)
-        if rc != 0 and added["steps"] <= 0:  # nothing new to average or judge: the run is as it was
-            print(f"aiayn train-on: training failed (exit {rc}) before adding a step; {plan['run']} is unchanged at "
-                  f"step {added['step']:,} (see the training output above)", file=sys.stderr)
+        added = _what_training_added(plan, rc)
+        if added is None:
             return EXIT_TRAIN_FAILED
         notes = (f"Trained on with `aiayn train-on` ({how}); this call added {added['steps']:,} steps and "
                  f"{added['tokens']:,} target tokens.")
