@@ -86,6 +86,20 @@ def test_a_failing_rank_stops_the_others(tmp_path):
     assert all(_gone(p) for p in pids)
 
 
+@pytest.mark.skipif(not Path("/proc/self/autogroup").is_file(), reason="no scheduling autogroups on this kernel")
+def test_a_niced_train_on_gives_each_rank_a_niced_autogroup_of_its_own(tmp_path):
+    """Each rank leads a session of its own, whose autogroup gets train-on's nice: a nice value alone orders
+    processes only inside their autogroup, so the ranks would otherwise take a full share beside the test suite."""
+    child = ("import os, pathlib; r = os.environ.get('RANK', '0'); pathlib.Path(r'%s', 'rank' + r).write_text("
+             "f\"{os.getsid(0) == os.getpid()} {pathlib.Path('/proc/self/autogroup').read_text().split()[-1]}\")" % tmp_path)
+    driver = ("import os, sys; sys.path.insert(0, r'%s'); os.nice(19 - os.nice(0)); from aiayn.training import continuous; "
+              "sys.exit(continuous._run_child([sys.executable, '-c', %r], 60, dict(os.environ), processes=2))"
+              % (REPO, child))
+    subprocess.run([sys.executable, "-c", driver], check=True, timeout=120, cwd=REPO)
+    assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["True 19", "True 19"]
+    assert continuous.yield_autogroup(os.getpid(), 0) is False  # not niced: nothing is changed
+
+
 def test_the_deadline_stops_every_rank(tmp_path):
     t0 = time.monotonic()
     code = continuous._run_child(_ranks(tmp_path, "pass"), 3, dict(os.environ), processes=2)
