@@ -21,8 +21,9 @@ idle, that makes the shipped model of one direction better a deadline at a time:
    and the best one is judged like the candidate (same sets, same rule) and, with ``--ship``, shipped when the plain
    candidate does not beat and it does. Choosing ``w`` on the sets it is judged on would flatter it.
 
-By default the process lowers its priority to ``nice`` 19 first (its children inherit it), so tests and the app keep
-their speed while it trains. Not a part of the paper.
+By default the process lowers its priority to ``nice`` 19 first (its children inherit it), and each training process
+leads a session whose scheduling autogroup gets the same (:func:`yield_autogroup`), so tests and the app keep their
+speed while it trains. Not a part of the paper.
 """
 from __future__ import annotations
 
@@ -718,7 +719,8 @@ def _parser() -> argparse.ArgumentParser:
                          "data's valid split, judged like the candidate (e.g. 0.25,0.5,0.75)")
     ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it "
                     "(with --interpolate: else the chosen interpolation, when it beats)")
-    ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19)")
+    ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19, and the same for the scheduling "
+                    "autogroup of each training process, which nice alone does not lower)")
     ap.add_argument("--allocator", default="auto", choices=ALLOCATORS,
                     help="memory allocator of the training child: auto (tcmalloc when installed, else glibc; about "
                          "1.1x the tokens a second on a CPU), tcmalloc, glibc (aiayn.training.allocator)")
