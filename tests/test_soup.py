@@ -149,6 +149,25 @@ def test_a_greedy_soup_is_chosen_on_valid_and_judged_like_a_candidate(tmp_path, 
     assert json.loads((out / "eval_test.json").read_text())["checkpoint"] == str(out.resolve())
 
 
+def test_a_greedy_soup_that_keeps_only_the_shipped_model_is_not_judged(tmp_path, tiny_data, tiny_spm, monkeypatch,
+                                                                       capsys):
+    """The pot kept one ingredient, the shipped model itself: its verdict would be the model against itself."""
+    from test_train_on import _world
+
+    w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
+    other = make_tiny_checkpoint(tmp_path / "i5", tiny_spm, "en-de", seed=5)
+    monkeypatch.setattr(soup_mod, "valid_scorer", lambda data, direction: lambda p: 50.0 if p == w["shipped"] else 10.0)
+    out = tmp_path / "soup"
+    code = soup_mod.cli_main([str(other), str(w["shipped"]), "--out", str(out), "--greedy", "--judge", "--data",
+                              str(w["data"]), "--shipped", str(w["shipped"]), "--devsets", str(w["dev"])])
+    text = capsys.readouterr().out
+    assert code == 0 and "nothing to judge" in text, text[-2000:]
+    report = json.loads((tmp_path / "soup.work" / "verdict.json").read_text())
+    assert report["same_weights_as_shipped"] and report["record"]["chosen"] == [str(w["shipped"])]
+    assert not (out / "eval_test.json").exists() and not (tmp_path / "soup.work" / "shipped").exists()
+    assert soup_mod.same_weights(out, w["shipped"]) and not soup_mod.same_weights(out, other)
+
+
 @pytest.mark.parametrize("beats", [True, False])
 def test_ship_copies_only_a_soup_that_beats(tmp_path, tiny_data, tiny_spm, monkeypatch, capsys, beats):
     """Scores mocked (a soup of random tiny models beats nothing on purpose); everything else is real: the card,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, read_config, save_checkpoint
+from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, load_state, read_config, save_checkpoint
 from ..files import atomic_copy
 from ..lineage import lifetime, short_path, with_last_note
 from .export import require_one_model
@@ -209,6 +209,16 @@ def cli_main(argv: list[str]) -> int:
     return _judge(out, work, data, direction, args, time.monotonic() - t0)
 
 
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two checkpoint folders hold the same tensors (names, dtypes and values), e.g. a greedy soup that
+    kept one ingredient, the shipped model itself. False when either cannot be read."""
+    try:
+        ta, tb = load_state(a / WEIGHTS_FILE), load_state(b / WEIGHTS_FILE)
+    except (FileNotFoundError, ValueError):
+        return False
+    return ta.keys() == tb.keys() and all(ta[k].dtype == tb[k].dtype and bool((ta[k] == tb[k]).all()) for k in ta)
+
+
 def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Namespace, soup_s: float) -> int:
     """Score, judge and card the soup (:func:`aiayn.training.continuous.judge_checkpoint`); the report goes to
     ``work/verdict.json``."""
@@ -217,6 +227,13 @@ def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Nam
     shipped = Path(args.shipped).expanduser() if args.shipped else REPO / "checkpoints" / direction
     devsets = Path(args.devsets).expanduser() if args.devsets else REPO / "assets" / "devsets"
     meta = read_config(out).get("meta") or {}
+    if same_weights(out, shipped):  # e.g. the greedy pot kept only the shipped model: the verdict would be a tie
+        work.mkdir(parents=True, exist_ok=True)
+        report = {"beats": False, "same_weights_as_shipped": True, "direction": direction, "soup": str(out),
+                  "shipped": str(shipped), "record": meta["soup"], "seconds": {"soup": round(soup_s, 1)}}
+        (work / "verdict.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"the soup has the weights of {shipped}: nothing to judge (report: {work / 'verdict.json'})", flush=True)
+        return 0
     how = meta["soup"].get("method", "uniform")
     notes = (f"A {how} model soup (Wortsman et al. 2022) of {len(meta['soup']['ingredients'])} checkpoints: "
              + ", ".join(f"`{short_path(i['path'])}`" for i in meta["soup"]["ingredients"])
