@@ -15,10 +15,10 @@ from aiayn.examples import ALSO_CORRECT, EXAMPLES, demo_sentences
 from aiayn.translator import CHECKPOINTS_DIR
 
 DIRECTIONS = ("en-de", "de-en")
-#: (direction, source) -> what the shipped model writes instead (en-de of session 26, lifetime 47,135 steps; de-en of
+#: (direction, source) -> what the shipped model writes instead (en-de of session 27, lifetime 47,535 steps; de-en of
 #: session 14, 41,929 steps)
 STILL_WRONG = {
-    ("en-de", "The cat sat on the mat."): "Die Katze setzte auf den Mathe.",
+    ("en-de", "The cat sat on the mat."): "Die Katze saß auf den Mathe.",
     ("en-de", "Good morning!"): "Gute Morgen!",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
     ("de-en", "Ich lese gern Bücher im Garten."): "I like books in the garden.",
