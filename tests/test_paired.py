@@ -44,6 +44,11 @@ def test_a_system_right_everywhere_is_told_apart_from_a_garbled_one():
     assert r.p_value < 0.01 and r.candidate_mean == pytest.approx(100.0, abs=0.5)
     again = compare_hypotheses("long", srcs, refs, GARBLED * 6, list(refs))
     assert again.p_value == r.p_value and again.candidate_ci == r.candidate_ci  # seeded: the same every time
+    # the seed given is the one resampled with (not $SACREBLEU_SEED's default): another draws other resamples
+    cand = list(GARBLED * 6)
+    cand[::2] = refs[::2]
+    a, b = (compare_hypotheses("long", srcs, refs, GARBLED * 6, cand, seed=s) for s in (12345, 7))
+    assert (a.seed, b.seed) == (12345, 7) and a.candidate_ci != b.candidate_ci
 
 
 def test_bleu_can_be_tested_too():

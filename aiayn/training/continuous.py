@@ -497,11 +497,6 @@ def eval_scores(evals: dict[str, Path], direction: str) -> dict[str, dict[str, f
     return out
 
 
-def side_scores(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, dict[str, float]]:
-    """The test split and development set scores of a checkpoint (:func:`side_evals`, :func:`eval_scores`)."""
-    return eval_scores(side_evals(ckpt, work, data, devsets, direction, device), direction)
-
-
 def paired_comparison(shipped: dict[str, Path], candidate: dict[str, Path], data: Path, devsets: Path,
                       direction: str) -> dict[str, Any]:
     """Which outputs changed between the two sides' evaluations (:func:`side_evals`) and each set's paired
@@ -596,7 +591,7 @@ def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], da
                      direction: str, hardware: str, notes: str, shipped_evals: dict[str, Path] | None = None
                      ) -> dict[str, Any]:
     """Score the checkpoint folder ``path`` on the test split and the development sets (into its own evaluation
-    JSONs, :func:`side_scores`), judge it against ``shipped_scores`` (:func:`verdict`), evaluate it on the data's
+    JSONs, :func:`side_evals`), judge it against ``shipped_scores`` (:func:`verdict`), evaluate it on the data's
     ``test_general.tsv`` when there is one (its scores go into the card's notes, as a candidate's do), card it
     (``aiayn card`` with ``hardware`` and ``notes``) and, when it beats, give it the files a shipped checkpoint carries (alignment,
     attribution, head sweep; as a candidate gets them from :mod:`.finish`).

@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..checkpoint import SPM_FILE, average_checkpoints, load_checkpoint, load_state, read_config, save_checkpoint
+from ..checkpoint import SPM_FILE, WEIGHTS_FILE, average_checkpoints, load_checkpoint, load_state, read_config, save_checkpoint
 from ..files import atomic_copy
 from ..lineage import lifetime, short_path, with_last_note
 from .export import require_one_model
 from .history import HISTORY_FILE
 
-WEIGHTS_FILE = "model.safetensors"
 #: a held-out score of a checkpoint folder (chrF on the valid split in ``aiayn soup``)
 Scorer = Callable[[Path], float]
 
