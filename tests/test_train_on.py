@@ -461,3 +461,100 @@ def test_ship_keeps_the_shipped_ibm1_baseline_for_the_same_gold_set(tmp_path):
     assert json.loads((shipped / "alignment.json").read_text())["ibm1"] == {"intersection": 0.3}
     continuous.ship(folder("cand3", None), shipped)  # a candidate without the file: nothing to keep, nothing made
     assert not (shipped / "alignment.json").exists()
+
+
+def _rounds_world(world, tmp_path, monkeypatch) -> dict:
+    """A copy of the tiny world's finished run and shipped model, training mocked: each warm start "trains" by
+    writing the finished run's last state and its train_config.json (with the command's seed) into its run folder,
+    and records its command and the shipped weights it starts from; the candidate is the tiny world's."""
+    shipped = tmp_path / "checkpoints" / "en-de"
+    shutil.copytree(world["shipped"], shipped)
+    run = tmp_path / "runs" / "r"
+    shutil.copytree(world["run"], run)
+    starts: list[dict] = []
+
+    def fake_child(cmd, timeout_s, env=None, processes=1):
+        target = Path(cmd[cmd.index("--run") + 1])
+        starts.append({"cmd": cmd, "shipped": _digest(shipped)["model.safetensors"], "timeout_s": timeout_s})
+        if "--init-from" in cmd:
+            last = sorted(run.glob("step_*"))[-1]
+            shutil.copytree(last, target / last.name)
+            tc = json.loads((run / "train_config.json").read_text())
+            tc.update(run_dir=str(target), seed=int(cmd[cmd.index("--seed") + 1]))
+            (target / "train_config.json").write_text(json.dumps(tc))
+        return 0
+
+    monkeypatch.setattr(continuous, "_run_child", fake_child)
+    monkeypatch.setattr(continuous, "_build_candidate",
+                        lambda plan, args, out, notes: shutil.copytree(world["out"] / "candidate", out / "candidate",
+                                                                       dirs_exist_ok=True) and 0)
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    return {"shipped": shipped, "run": run, "out": tmp_path / "out", "starts": starts}
+
+
+def _rounds_argv(w: dict, *extra: str) -> list[str]:
+    return ["--direction", "en-de", "--minutes", "60", "--reserve-minutes", "1", "--run", str(w["run"]), "--shipped",
+            str(w["shipped"]), "--out", str(w["out"]), "--no-nice", "--threads", "1", *extra]
+
+
+def test_then_seeds_warm_start_more_runs_with_the_finished_runs_recipe(world, warm, monkeypatch, tmp_path, capsys):
+    """--then-seeds 7,8 --ship: after the resumed run, two warm starts from the shipped folder, each with the
+    finished run's recipe and its own seed, in <run>-seed<S>, judged into <out>-seed<S>; seed 7's candidate beats
+    and ships, so seed 8 starts from it (a greedy climb)."""
+    w = _rounds_world(world, tmp_path, monkeypatch)
+    original = _digest(w["shipped"])["model.safetensors"]
+    seed7_out = tmp_path / "out-seed7"
+    _mock_scores(monkeypatch, lambda ckpt: HIGHER if ckpt == seed7_out / "candidate" else SAME)
+    assert continuous.cli_main(_rounds_argv(w, "--then-seeds", "7,8", "--min-round-minutes", "1", "--ship")) == 0
+    text = capsys.readouterr().out
+    first, seven, eight = w["starts"]
+    assert "--resume" in first["cmd"] and "--init-from" not in first["cmd"]
+    for start, seed in ((seven, 7), (eight, 8)):
+        cmd = start["cmd"]
+        assert cmd[cmd.index("--run") + 1] == str(tmp_path / "runs" / f"r-seed{seed}")
+        assert cmd[cmd.index("--seed") + 1] == str(seed) and cmd[cmd.index("--init-from") + 1] == str(w["shipped"])
+        stored = json.loads((w["run"] / "train_config.json").read_text())
+        for flag, field in (("--max-steps", "max_steps"), ("--warmup-steps", "warmup_steps"), ("--max-tokens", "max_tokens")):
+            assert cmd[cmd.index(flag) + 1] == str(stored[field]), flag  # the finished run's recipe
+        assert cmd[cmd.index("--data") + 1] == stored["data_dir"]
+        verdict_s = json.loads((tmp_path / f"out-seed{seed}" / "verdict.json").read_text())
+        assert verdict_s["run"] == str(tmp_path / "runs" / f"r-seed{seed}") and verdict_s["resumed"] is False
+        assert verdict_s["beats"] is (seed == 7)
+    assert seven["shipped"] == original != eight["shipped"]  # seed 8 warm-started from what seed 7 shipped
+    assert eight["shipped"] == _digest(world["out"] / "candidate")["model.safetensors"]
+    assert text.count("shipped: copied") == 1 and text.count("not shipped") == 2
+    assert "results in " + str(tmp_path / "out-seed8") in text
+
+
+def test_then_seeds_stop_when_a_round_has_no_time(world, warm, monkeypatch, tmp_path, capsys):
+    w = _rounds_world(world, tmp_path, monkeypatch)
+    _mock_scores(monkeypatch, lambda ckpt: SAME)
+    assert continuous.cli_main(_rounds_argv(w, "--then-seeds", "7", "--min-round-minutes", "90")) == 0
+    assert len(w["starts"]) == 1 and not (tmp_path / "runs" / "r-seed7").exists()
+    assert "no round for seed 7" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec, message", [("7,x", "whole numbers"), ("7,-1", "whole numbers"), ("7,7", "twice")])
+def test_bad_seeds_are_refused_before_training(world, tmp_path, monkeypatch, capsys, spec, message):
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    run, out = tmp_path / "run", tmp_path / "out"
+    code = continuous.cli_main(["--direction", "en-de", "--minutes", "5", "--run", str(run), "--shipped",
+                                str(world["shipped"]), "--data", str(world["data"]), "--out", str(out), "--no-nice",
+                                "--threads", "1", "--then-seeds", spec])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not run.exists() and not out.exists()
+    assert continuous.parse_seeds(" 9, 4,") == [9, 4] and continuous.parse_seeds(None) == []
+
+
+def test_recipe_of_run_counts_a_whole_steps_micro_batches(tmp_path):
+    """A run resumed as 2 processes stores 3 micro-batches per process; a new warm start's recipe counts the step's
+    6 (what --train-set accumulation=N means), so it can be shared again among 1, 2, 3 or 6 processes."""
+    run = tmp_path / "run"
+    (run / "step_00000050").mkdir(parents=True)
+    (run / "train_config.json").write_text(json.dumps({"accumulation": 3, "seed": 45, "max_steps": 400}))
+    (run / "step_00000050" / "trainer_state.json").write_text(json.dumps({"step": 50, "world": 2, "accumulation": 3}))
+    assert continuous.recipe_of_run(run)["accumulation"] == 6
+    (run / "step_00000050" / "trainer_state.json").write_text(json.dumps({"step": 50}))  # an older state: 1 process
+    assert continuous.recipe_of_run(run) == {"accumulation": 3, "seed": 45, "max_steps": 400}
+    with pytest.raises(BadInput, match="cannot read .*train_config.json"):
+        continuous.recipe_of_run(tmp_path / "nothing")

@@ -20,6 +20,12 @@ idle, that makes the shipped model of one direction better a deadline at a time:
    keep the best of both. Each ``w`` is scored on the data's *valid* split, which neither side of the verdict uses,
    and the best one is judged like the candidate (same sets, same rule) and, with ``--ship``, shipped when the plain
    candidate does not beat and it does. Choosing ``w`` on the sets it is judged on would flatter it.
+5. **Go on with other seeds** (``--then-seeds 46,47``, optional). A fine-tune ends at its ``max_steps``, usually
+   well before the deadline; the time left would be idle. With seeds given, a run that ends with at least
+   ``--min-round-minutes`` left warm-starts the next run from the shipped checkpoint (as ``--ship`` left it) with the
+   finished run's recipe and the next seed, in ``<run>-seed<S>``, judged into ``<out>-seed<S>``: each round
+   is another fine-tune of the same parent (the ingredients of a soup, :mod:`.soup`), or, with ``--ship``, a
+   greedy climb in which each round starts from the last winner.
 
 By default the process lowers its priority to ``nice`` 19 first (its children inherit it), and each training process
 leads a session whose scheduling autogroup gets the same (:func:`yield_autogroup`), so tests and the app keep their
@@ -313,10 +319,12 @@ def _check_mix(data: Path, train: dict[str, Any]) -> None:
         raise BadInput(str(exc)) from None
 
 
-def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[str, Any], budget_min: float) -> dict[str, Any]:
+def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[str, Any], budget_min: float,
+                  recipe_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The plan of the training child: ``{"run", "resume", "data", "recipe", "cmd", "before": {step, tokens}}``.
     ``--max-minutes`` counts the run's whole wall time (:func:`aiayn.training.loop.train`), so a resumed run gets its
-    stored wall time plus ``budget_min``."""
+    stored wall time plus ``budget_min``. A warm start takes its recipe (and, without ``--data``, its data folder)
+    from ``recipe_config`` when given (:func:`recipe_of_run`: a finished run's), else from ``--recipe``."""
     from .cli import parse_overrides
 
     run, resume = choose_run(args.run, shipped_meta, args.direction)
@@ -349,7 +357,7 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
         return {"run": run, "resume": True, "data": Path(stored["data_dir"]).expanduser(), "recipe": "stored in the run",
                 "cmd": cmd, "before": {"step": last.get("step", 0), "tokens": last.get("tokens", 0)},
                 "processes": processes}
-    given = args.data or (shipped_meta.get("train_config") or {}).get("data_dir")
+    given = args.data or (recipe_config or shipped_meta.get("train_config") or {}).get("data_dir")
     if not given or not Path(given).expanduser().is_dir():
         raise BadInput(f"no run to resume ({run} holds no state) and no data folder for a warm start "
                        f"({given or 'none named'}): give --data DIR (e.g. `aiayn data debian`'s "
@@ -361,12 +369,62 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
         raise BadInput(f"the shipped model was trained on the data mix {inherited}, which {data} cannot give (it has "
                        f"no train_kinds.txt, from `aiayn data debian`): give such a folder, or --kind-weights none "
                        f"to train on every pair once")
-    recipe, flags = recipe_flags(args.recipe, shipped_meta, extra, processes)
+    if recipe_config is not None:
+        recipe = f"that of {recipe_config.get('run_dir')}"
+        _, flags = recipe_flags("shipped", {"train_config": recipe_config}, extra, processes)
+    else:
+        recipe, flags = recipe_flags(args.recipe, shipped_meta, extra, processes)
     preset, sets = model_set_flags(shipped)
     cmd = base + ["--data", str(data), "--direction", args.direction, "--init-from", str(shipped), "--preset", preset,
                   "--set", *sets, *flags, "--max-minutes", f"{budget_min:.3f}"] + threads
     return {"run": run, "resume": False, "data": data, "recipe": recipe, "cmd": cmd, "before": {"step": 0, "tokens": 0},
             "processes": processes}
+
+
+def parse_seeds(spec: str | None) -> list[int]:
+    """``"46,47"`` -> ``[46, 47]`` (in the order given); None or ``""`` -> ``[]``.
+
+    Raises:
+        BadInput: a part that is not a whole number of 0 or more, or a seed given twice (two rounds would train the
+            same run).
+    """
+    seeds: list[int] = []
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        if not part.strip().isdigit():
+            raise BadInput(f"--then-seeds takes whole numbers separated by commas, got {part.strip()!r}")
+        if int(part) in seeds:
+            raise BadInput(f"--then-seeds names the seed {int(part)} twice")
+        seeds.append(int(part))
+    return seeds
+
+
+def round_folders(run: Path, out: Path, seed: int) -> tuple[Path, Path]:
+    """``(run folder, output folder)`` of the round with ``seed`` after the first round's ``run`` and ``out``:
+    ``<run>-seed<S>`` and ``<out>-seed<S>`` beside them. A round whose run folder already holds a state (an earlier
+    call stopped in it) resumes it."""
+    return run.parent / f"{run.name}-seed{seed}", out.parent / f"{out.name}-seed{seed}"
+
+
+def recipe_of_run(run: Path) -> dict[str, Any]:
+    """The training configuration of ``run`` (its ``train_config.json``, changes of its resumes included) as the
+    recipe of a new warm start: its ``accumulation`` counted over a whole step (the stored one is per process; times
+    the ``world`` of its last state), as ``--train-set accumulation=N`` counts it.
+
+    Raises:
+        BadInput: ``run`` has no readable ``train_config.json``.
+    """
+    try:
+        config = _read_json(run / "train_config.json")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if not config:
+        raise BadInput(f"{run} has no train_config.json to take a recipe from")
+    last = _last_state(run) or {}
+    if int(config.get("accumulation") or 0) > 0:
+        config["accumulation"] = int(last.get("accumulation", config["accumulation"])) * int(last.get("world", 1))
+    return config
 
 
 # -- the verdict ----------------------------------------------------------------------------------------------------
@@ -724,6 +782,12 @@ def _parser() -> argparse.ArgumentParser:
                          "step's micro-batches and of --threads (default 1). On two cores 2 processes of one thread "
                          "train about 1.3x the tokens a second of one process of two threads (docs/benchmarks.md); "
                          "a step's micro-batches (accumulation) must be a multiple, and a resume keeps the run's steps")
+    ap.add_argument("--then-seeds", default=None, metavar="S,...",
+                    help="when the run ends (its max_steps) with at least --min-round-minutes left, warm-start another "
+                         "from the shipped checkpoint (as --ship left it) with the finished run's recipe and the next of "
+                         "these seeds, in <run>-seed<S>, judged into <out>-seed<S>; and so on while seeds and time last")
+    ap.add_argument("--min-round-minutes", type=float, default=20.0,
+                    help="training minutes a round of --then-seeds needs to start (default 20)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (run, data, the training command) and stop")
     return ap
 
@@ -872,56 +936,19 @@ def _what_training_added(plan: dict[str, Any], rc: int) -> dict[str, int] | None
     return added
 
 
-def _interrupt(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
-    raise KeyboardInterrupt
+def _round(args: argparse.Namespace, plan: dict[str, Any], shipped: Path, out: Path, deadline: _dt.datetime,
+           weights: list[float], child_env: dict[str, str], how: str) -> int:
+    """One round of ``aiayn train-on``: train ``plan`` until ``deadline`` less half the reserve, build the candidate
+    into ``out``, judge it (and the interpolation), ship with ``--ship``. Returns :func:`cli_main`'s exit code.
 
-
-def cli_main(argv: list[str]) -> int:
-    """``aiayn train-on --direction D (--until HH:MM | --minutes N) [--ship] ...``: train, export a candidate, judge
-    it (module docstring). Returns 0 (whatever the verdict), 2 bad input (nothing started), 3 training left no
-    state, 4 the candidate could not be built, 130 interrupted."""
-    args = _parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` of a background run stops it like Ctrl-C
-    if not args.no_nice and os.nice(0) < 19:
-        os.nice(19 - os.nice(0))
-    if os.getsid(0) == os.getpid():  # started with setsid: its session is its own, so its autogroup may yield too
-        yield_autogroup(os.getpid(), os.nice(0))
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    try:
-        weights = parse_weights(args.interpolate)
-        now = _dt.datetime.now().astimezone()
-        deadline = parse_deadline(args.until, args.minutes, now)
-        budget = (deadline - now).total_seconds() / 60 - args.reserve_minutes
-        if budget < 0.1:
-            raise BadInput(f"the deadline {deadline:%H:%M} leaves {budget + args.reserve_minutes:.1f} minutes, not more than "
-                           f"the reserve of {args.reserve_minutes:g} for averaging and evaluation")
-        shipped = Path(args.shipped).expanduser() if args.shipped else REPO / "checkpoints" / args.direction
-        meta = _read_json(shipped / "config.json").get("meta") or {}
-        plan = train_command(args, shipped, meta, budget)
-        child_env = allocator_env(os.environ, args.allocator)
-    except (BadInput, ValueError) as exc:
-        print(f"aiayn train-on: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    out = Path(args.out).expanduser() if args.out else CACHE / "train-on" / args.direction
-    how = f"resuming {plan['run']} at step {plan['before']['step']}" if plan["resume"] else \
-        f"warm start from {shipped} into {plan['run']} (recipe {plan['recipe']}, data {plan['data']})"
-    processes = plan.get("processes", 1)
-    if processes > 1:
-        how += f" as {processes} processes"
-    print(f"aiayn train-on {args.direction}: {how}; training {budget:.1f} minutes, until {deadline:%Y-%m-%d %H:%M %Z}, "
-          f"on {describe(child_env)}", flush=True)
-    if args.dry_run:
-        times = f"  (x {processes} processes)" if processes > 1 else ""
-        print("$ " + " ".join(plan["cmd"]) + times + f"\n(dry run: nothing started; the candidate would go to {out / 'candidate'})")
-        return 0
+    Raises:
+        KeyboardInterrupt: Ctrl-C or SIGTERM while it trained or judged.
+    """
     out.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.monotonic()
         rc = _run_child(plan["cmd"], (deadline - _dt.datetime.now().astimezone()).total_seconds() - 60 * args.reserve_minutes / 2,
-                        child_env, processes=processes)
+                        child_env, processes=plan.get("processes", 1))
         added = _what_training_added(plan, rc)
         if added is None:
             return EXIT_TRAIN_FAILED
@@ -940,9 +967,6 @@ def cli_main(argv: list[str]) -> int:
             print(f"interpolation w = {interp['weight']:g} (valid chrF " + ", ".join(
                 f"{k}: {c:.2f}" for k, c in interp["valid_chrf"].items()) + "): "
                 + verdict_line(interp, Path(interp["checkpoint"]), "the interpolation"), flush=True)
-    except KeyboardInterrupt:
-        print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except ValueError as exc:  # an interpolation that could not be made or scored; the plain verdict is written
         print(f"aiayn train-on: {exc}", file=sys.stderr)
         return EXIT_CANDIDATE_FAILED
@@ -957,6 +981,111 @@ def cli_main(argv: list[str]) -> int:
     elif args.ship:
         print(f"not shipped: {shipped} stays as it is")
     return 0
+
+
+def _plan_and_say(args: argparse.Namespace, shipped: Path, deadline: _dt.datetime, out: Path,
+                  child_env: dict[str, str], recipe_config: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """``(plan, how)``: :func:`train_command` for the time left before ``deadline`` less the reserve, and its first
+    line printed (what it resumes or warm-starts, for how long, on which allocator).
+
+    Raises:
+        BadInput: no time left beyond the reserve, or what :func:`train_command` refuses.
+    """
+    now = _dt.datetime.now().astimezone()
+    budget = (deadline - now).total_seconds() / 60 - args.reserve_minutes
+    if budget < 0.1:
+        raise BadInput(f"the deadline {deadline:%H:%M} leaves {budget + args.reserve_minutes:.1f} minutes, not more than "
+                       f"the reserve of {args.reserve_minutes:g} for averaging and evaluation")
+    meta = _read_json(shipped / "config.json").get("meta") or {}
+    plan = train_command(args, shipped, meta, budget, recipe_config)
+    how = f"resuming {plan['run']} at step {plan['before']['step']}" if plan["resume"] else \
+        f"warm start from {shipped} into {plan['run']} (recipe {plan['recipe']}, data {plan['data']})"
+    processes = plan.get("processes", 1)
+    if processes > 1:
+        how += f" as {processes} processes"
+    print(f"aiayn train-on {args.direction}: {how}; training {budget:.1f} minutes, until {deadline:%Y-%m-%d %H:%M %Z}, "
+          f"on {describe(child_env)}" + (f"; results in {out}" if recipe_config is not None else ""), flush=True)
+    return plan, how
+
+
+def _next_round(args: argparse.Namespace, first: tuple[Path, Path], last_run: Path, seed: int, shipped: Path,
+                deadline: _dt.datetime, child_env: dict[str, str]) -> tuple[dict[str, Any], str, Path] | None:
+    """``(plan, how, out)`` of the round with ``seed`` (:func:`round_folders` of the ``first`` round's run and
+    output folders, the recipe of ``last_run``), or None (and why, printed) when fewer than ``--min-round-minutes``
+    are left.
+
+    Raises:
+        BadInput: what :func:`recipe_of_run` or :func:`train_command` refuses.
+    """
+    left = (deadline - _dt.datetime.now().astimezone()).total_seconds() / 60 - args.reserve_minutes
+    if left < args.min_round_minutes:
+        print(f"aiayn train-on: no round for seed {seed}: {max(left, 0.0):.1f} training minutes are left before the "
+              f"reserve, a round needs --min-round-minutes {args.min_round_minutes:g}", flush=True)
+        return None
+    run, out = round_folders(first[0], first[1], seed)
+    recipe = recipe_of_run(last_run)
+    round_args = argparse.Namespace(**{**vars(args), "run": str(run), "data": None, "kind_weights": None,
+                                       "train_set": [f"seed={seed}"]})
+    plan, how = _plan_and_say(round_args, shipped, deadline, out, child_env, recipe)
+    return plan, how, out
+
+
+def _interrupt(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
+    raise KeyboardInterrupt
+
+
+def cli_main(argv: list[str]) -> int:
+    """``aiayn train-on --direction D (--until HH:MM | --minutes N) [--ship] [--then-seeds S,...] ...``: train,
+    export a candidate, judge it, and go on with the next seeds while time lasts (module docstring). Returns 0
+    (whatever the verdicts), 2 bad input (nothing started), 3 training left no state, 4 a candidate could not be
+    built, 130 interrupted; a later round's failure ends the rounds with its code."""
+    args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` of a background run stops it like Ctrl-C
+    if not args.no_nice and os.nice(0) < 19:
+        os.nice(19 - os.nice(0))
+    if os.getsid(0) == os.getpid():  # started with setsid: its session is its own, so its autogroup may yield too
+        yield_autogroup(os.getpid(), os.nice(0))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    out = Path(args.out).expanduser() if args.out else CACHE / "train-on" / args.direction
+    try:
+        weights = parse_weights(args.interpolate)
+        seeds = parse_seeds(args.then_seeds)
+        deadline = parse_deadline(args.until, args.minutes, _dt.datetime.now().astimezone())
+        shipped = Path(args.shipped).expanduser() if args.shipped else REPO / "checkpoints" / args.direction
+        child_env = allocator_env(os.environ, args.allocator)
+        plan, how = _plan_and_say(args, shipped, deadline, out, child_env)
+    except (BadInput, ValueError) as exc:
+        print(f"aiayn train-on: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.dry_run:
+        processes = plan.get("processes", 1)
+        times = f"  (x {processes} processes)" if processes > 1 else ""
+        then = "".join(f"; then seed {s} in {round_folders(plan['run'], out, s)[0]} while time lasts" for s in seeds)
+        print("$ " + " ".join(plan["cmd"]) + times + f"\n(dry run: nothing started; the candidate would go to "
+              f"{out / 'candidate'}{then})")
+        return 0
+    first = (Path(plan["run"]), out)
+    try:
+        code = _round(args, plan, shipped, out, deadline, weights, child_env, how)
+        for seed in seeds:
+            if code != 0:
+                break
+            try:
+                nxt = _next_round(args, first, Path(plan["run"]), seed, shipped, deadline, child_env)
+            except (BadInput, ValueError) as exc:
+                print(f"aiayn train-on: no round for seed {seed}: {exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            if nxt is None:
+                break
+            plan, how, round_out = nxt
+            code = _round(args, plan, shipped, round_out, deadline, weights, child_env, how)
+    except KeyboardInterrupt:
+        print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover
