@@ -51,6 +51,14 @@ def test_a_system_right_everywhere_is_told_apart_from_a_garbled_one():
     assert (a.seed, b.seed) == (12345, 7) and a.candidate_ci != b.candidate_ci
 
 
+def test_changed_outputs_with_equal_scores_are_no_evidence_of_a_difference():
+    # both systems score chrF 0 on every sentence, so every resample ties: sacreBLEU's count alone gives 1/1001
+    nothing_a, nothing_b = ["xq"] * len(REFS), ["qx"] * len(REFS)
+    r = compare_hypotheses("short", SRCS, REFS, nothing_a, nothing_b)
+    assert len(r.changed) == len(REFS) and r.baseline_score == r.candidate_score == 0.0
+    assert r.p_value == 1.0
+
+
 def test_bleu_can_be_tested_too():
     r = compare_hypotheses("short", SRCS, REFS, GARBLED, list(REFS), metric="bleu")
     assert r.metric == "bleu" and r.candidate_score == pytest.approx(100.0)

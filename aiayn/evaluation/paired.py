@@ -72,7 +72,9 @@ class PairedResult:
         n_sentences: pairs in the set.
         metric: "chrf" or "bleu" (sacreBLEU, 0-100).
         baseline_score, candidate_score: the corpus scores.
-        p_value: paired bootstrap p-value of "equally good" (1.0 when no sentence changed: nothing to test).
+        p_value: paired bootstrap p-value of "equally good" (1.0 when no sentence changed: nothing to test; 1.0 when
+            both corpus scores are equal: no difference was observed, while sacreBLEU's count says 1 / (resamples +
+            1) when every resample ties as well, e.g. two different outputs that both score 0).
         candidate_mean, candidate_ci: the candidate's bootstrap mean and 95% half-width (None when nothing changed).
         resamples, seed: the bootstrap's settings.
         changed: the sentences whose outputs differ, in set order.
@@ -146,7 +148,8 @@ def compare_hypotheses(name: str, sources: Sequence[str], references: Sequence[s
     _, results = test()
     (res,) = [v for k, v in results.items() if k != "System"]
     base, cand = res[0], res[1]
-    return PairedResult(name, len(sources), metric, float(base.score), float(cand.score), float(cand.p_value),
+    p_value = 1.0 if float(base.score) == float(cand.score) else float(cand.p_value)
+    return PairedResult(name, len(sources), metric, float(base.score), float(cand.score), p_value,
                         float(cand.mean), float(cand.ci), resamples, seed, changed)
 
 
