@@ -80,6 +80,19 @@ def test_ingredients_of_other_models_or_named_twice_are_refused(three, tmp_path,
     assert not (tmp_path / "x").exists()
 
 
+def test_a_checkpoint_written_before_a_field_existed_is_still_one_model(three, tmp_path):
+    """Session 14's de-en config has no "domain_tags" (the field came later, default ()); its fine-tunes write []:
+    the same model, as loading both says."""
+    older = tmp_path / "older"
+    shutil.copytree(three[0], older)
+    config = json.loads((older / "config.json").read_text())
+    assert config["model"].pop("domain_tags") == []
+    (older / "config.json").write_text(json.dumps(config))
+    out = soup([older, three[1]], tmp_path / "x")
+    a, b, mix = _state(three[0]), _state(three[1]), _state(out)
+    assert all(torch.allclose(mix[k].float(), (a[k].float() + b[k].float()) / 2, atol=1e-3) for k in mix)
+
+
 def test_the_greedy_soup_keeps_an_ingredient_only_when_the_held_out_score_does_not_fall(three, tmp_path):
     """A scorer that reads the weights each folder really holds: minus the distance to the mean of seeds 1 and 2.
     Alone, seeds 1 and 2 tie (each half the distance between them) and seed 3 is farther; the pot starts with seed 1

@@ -17,6 +17,7 @@ A soup is not part of the paper; checkpoint averaging of one run (Section 6.1) i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -36,11 +37,17 @@ Scorer = Callable[[Path], float]
 
 def _check_one_model(ingredients: list[Path]) -> None:
     """Raise ValueError unless every ingredient is a checkpoint of one model shape with one SentencePiece model."""
+    def fields(folder: Path) -> dict[str, Any]:
+        # the parsed configuration, not config.json's keys: a checkpoint written before a field existed (session 14's
+        # de-en has no "domain_tags") holds the field's default, as loading it does
+        conf = read_config(folder)["model_config"]
+        return {f.name: getattr(conf, f.name) for f in dataclasses.fields(conf) if f.compare}
+
     first = ingredients[0]
-    model = (read_config(first).get("model") or {})
+    model = fields(first)
     for other in ingredients[1:]:
-        conf = read_config(other).get("model") or {}
-        require_one_model(first, other, sorted(k for k in set(conf) | set(model) if conf.get(k) != model.get(k)))
+        conf = fields(other)
+        require_one_model(first, other, sorted(k for k in model if conf[k] != model[k]))
 
 
 def soup(ingredients: list[str | Path], out_dir: str | Path, *, record: dict[str, Any] | None = None) -> Path:
