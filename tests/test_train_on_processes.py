@@ -90,8 +90,13 @@ def test_a_failing_rank_stops_the_others(tmp_path):
 def test_a_niced_train_on_gives_each_rank_a_niced_autogroup_of_its_own(tmp_path):
     """Each rank leads a session of its own, whose autogroup gets train-on's nice: a nice value alone orders
     processes only inside their autogroup, so the ranks would otherwise take a full share beside the test suite."""
-    child = ("import os, pathlib; r = os.environ.get('RANK', '0'); pathlib.Path(r'%s', 'rank' + r).write_text("
-             "f\"{os.getsid(0) == os.getpid()} {pathlib.Path('/proc/self/autogroup').read_text().split()[-1]}\")" % tmp_path)
+    # the parent sets a rank's autogroup just after starting it, so a rank that reads it at once may still see 0
+    # (CI of session 28): each rank waits up to 10 s for it to change
+    child = ("import os, pathlib, time; r = os.environ.get('RANK', '0'); ag = pathlib.Path('/proc/self/autogroup')\n"
+             "end = time.monotonic() + 10\n"
+             "while ag.read_text().split()[-1] == '0' and time.monotonic() < end: time.sleep(0.05)\n"
+             "pathlib.Path(r'%s', 'rank' + r).write_text(f\"{os.getsid(0) == os.getpid()} {ag.read_text().split()[-1]}\")"
+             % tmp_path)
     driver = ("import os, sys; sys.path.insert(0, r'%s'); os.nice(19 - os.nice(0)); from aiayn.training import continuous; "
               "sys.exit(continuous._run_child([sys.executable, '-c', %r], 60, dict(os.environ), processes=2))"
               % (REPO, child))
