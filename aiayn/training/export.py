@@ -91,6 +91,13 @@ def average_cli_main(argv: list[str]) -> int:
     return 0
 
 
+def differing_fields(conf_a: Any, conf_b: Any) -> list[str]:
+    """Names of the compared fields in which two :class:`~aiayn.model.config.TransformerConfig` differ, in field
+    order: parsed configurations, so that a ``config.json`` written before a field existed counts with the field's
+    default, as loading it does (session 14's de-en has no ``domain_tags``; its fine-tunes write ``[]``)."""
+    return [f.name for f in dataclasses.fields(conf_a) if f.compare and getattr(conf_a, f.name) != getattr(conf_b, f.name)]
+
+
 def require_one_model(a_dir: Path, b_dir: Path, differing: list[str]) -> None:
     """Raise ValueError when two checkpoints cannot be combined weight by weight (an interpolation, a soup): their
     model configurations differ in the fields ``differing`` (the caller's comparison), or their SentencePiece models
@@ -129,8 +136,7 @@ def interpolate(a_dir: str | Path, b_dir: str | Path, out_dir: str | Path, *, we
     # the warm start made them (training.state.add_tag_rows), so w = 0 is A and w = 1 is B
     tags_added = conf_a.n_embeddings == conf_a.vocab_size and conf_a.replace(**tags) == conf_b
     same = conf_a == conf_b or tags_added
-    require_one_model(a_dir, b_dir, [] if same else [f.name for f in dataclasses.fields(conf_a)
-                                                     if f.compare and getattr(conf_a, f.name) != getattr(conf_b, f.name)])
+    require_one_model(a_dir, b_dir, [] if same else differing_fields(conf_a, conf_b))
     a_state = model_a.state_dict()
     if tags_added:
         from .state import add_tag_rows

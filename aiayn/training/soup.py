@@ -17,7 +17,6 @@ A soup is not part of the paper; checkpoint averaging of one run (Section 6.1) i
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import sys
@@ -28,7 +27,7 @@ from typing import Any, Callable
 from ..checkpoint import SPM_FILE, WEIGHTS_FILE, average_checkpoints, load_checkpoint, load_state, read_config, save_checkpoint
 from ..files import atomic_copy
 from ..lineage import lifetime, short_path, with_last_note
-from .export import require_one_model
+from .export import differing_fields, require_one_model
 from .history import HISTORY_FILE
 
 #: a held-out score of a checkpoint folder (chrF on the valid split in ``aiayn soup``)
@@ -37,17 +36,10 @@ Scorer = Callable[[Path], float]
 
 def _check_one_model(ingredients: list[Path]) -> None:
     """Raise ValueError unless every ingredient is a checkpoint of one model shape with one SentencePiece model."""
-    def fields(folder: Path) -> dict[str, Any]:
-        # the parsed configuration, not config.json's keys: a checkpoint written before a field existed (session 14's
-        # de-en has no "domain_tags") holds the field's default, as loading it does
-        conf = read_config(folder)["model_config"]
-        return {f.name: getattr(conf, f.name) for f in dataclasses.fields(conf) if f.compare}
-
     first = ingredients[0]
-    model = fields(first)
+    model = read_config(first)["model_config"]
     for other in ingredients[1:]:
-        conf = fields(other)
-        require_one_model(first, other, sorted(k for k in model if conf[k] != model[k]))
+        require_one_model(first, other, differing_fields(model, read_config(other)["model_config"]))
 
 
 def soup(ingredients: list[str | Path], out_dir: str | Path, *, record: dict[str, Any] | None = None) -> Path:
