@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "average": ("aiayn.training.export", "average_cli_main", "average the last k checkpoints of a run (Section 6.1)"),
     "interpolate": ("aiayn.training.export", "interpolate_cli_main",
                     "weight interpolation (1 - w) A + w B of two checkpoints of one model (WiSE-FT)"),
+    "ship": ("aiayn.training.shipping", "cli_main",
+             "copy a candidate that `aiayn train-on` judged better on the test split and every development set over the shipped checkpoint"),
     "soup": ("aiayn.training.soup", "cli_main",
              "average fine-tunes of one model (a model soup: uniform, or greedy on the valid split) and judge it"),
     "evaluate": ("aiayn.evaluation.scoring", "cli_main", "sacreBLEU and chrF on a test split, beside a dictionary baseline"),

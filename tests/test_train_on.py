@@ -558,3 +558,39 @@ def test_recipe_of_run_counts_a_whole_steps_micro_batches(tmp_path):
     assert continuous.recipe_of_run(run) == {"accumulation": 3, "seed": 45, "max_steps": 400}
     with pytest.raises(BadInput, match="cannot read .*train_config.json"):
         continuous.recipe_of_run(tmp_path / "nothing")
+
+
+def test_climb_starts_each_round_from_the_last_winner_and_never_writes_shipped(world, warm, monkeypatch, tmp_path, capsys):
+    """--then-seeds 7,8 --climb: seed 7's candidate beats the shipped model, so seed 8 warm-starts from that
+    candidate and is judged against it (and loses); the shipped folder is never written, and the command names
+    seed 7's candidate as the one to ship, which `aiayn ship` then takes."""
+    from aiayn.training import shipping
+
+    w = _rounds_world(world, tmp_path, monkeypatch)
+    before = _digest(w["shipped"])
+    seed7 = tmp_path / "out-seed7" / "candidate"
+    monkeypatch.setattr(continuous, "side_evals", lambda ckpt, *a: {"test": ckpt / "eval_test.json", "dev": ckpt / "eval_dev.json"})
+    # the winner keeps its score when it is judged against: seed 8 (as good as the shipped model) loses to it
+    monkeypatch.setattr(continuous, "eval_scores", lambda evals, direction: HIGHER if evals["dev"].parent == seed7 else SAME)
+    assert continuous.cli_main(_rounds_argv(w, "--then-seeds", "7,8", "--min-round-minutes", "1", "--climb")) == 0
+    text = capsys.readouterr().out
+    _, seven, eight = w["starts"]
+    assert seven["cmd"][seven["cmd"].index("--init-from") + 1] == str(w["shipped"])
+    assert eight["cmd"][eight["cmd"].index("--init-from") + 1] == str(seed7)
+    v8 = json.loads((tmp_path / "out-seed8" / "verdict.json").read_text())
+    assert v8["shipped"] == str(seed7) and v8["beats"] is False
+    assert v8["shipped_sha256"] == _digest(seed7)["model.safetensors"]
+    assert _digest(w["shipped"]) == before
+    assert f"the best of the rounds is {seed7}" in text and "climb: the next round starts from" in text
+    assert [link["candidate"] for link in shipping.judged_chain(seed7, w["shipped"])] == [seed7]
+
+
+@pytest.mark.parametrize("extra", [["--climb"], ["--climb", "--then-seeds", "7", "--ship"]])
+def test_climb_needs_seeds_and_not_ship(world, tmp_path, monkeypatch, capsys, extra):
+    monkeypatch.setattr(continuous.signal, "signal", lambda *a: None)
+    run, out = tmp_path / "run", tmp_path / "out"
+    code = continuous.cli_main(["--direction", "en-de", "--minutes", "5", "--run", str(run), "--shipped",
+                                str(world["shipped"]), "--data", str(world["data"]), "--out", str(out), "--no-nice",
+                                "--threads", "1", *extra])
+    assert code == 2 and "--climb needs --then-seeds" in capsys.readouterr().err
+    assert not run.exists() and not out.exists()

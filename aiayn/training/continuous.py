@@ -25,7 +25,8 @@ idle, that makes the shipped model of one direction better a deadline at a time:
    ``--min-round-minutes`` left warm-starts the next run from the shipped checkpoint (as ``--ship`` left it) with the
    finished run's recipe and the next seed, in ``<run>-seed<S>``, judged into ``<out>-seed<S>``: each round
    is another fine-tune of the same parent (the ingredients of a soup, :mod:`.soup`), or, with ``--ship``, a
-   greedy climb in which each round starts from the last winner.
+   greedy climb in which each round starts from the last winner; ``--climb`` climbs the same way without writing
+   the shipped folder, and ``aiayn ship`` (:mod:`.shipping`) ships the last winner on its verdicts.
 
 By default the process lowers its priority to ``nice`` 19 first (its children inherit it), and each training process
 leads a session whose scheduling autogroup gets the same (:func:`yield_autogroup`), so tests and the app keep their
@@ -772,6 +773,10 @@ def _parser() -> argparse.ArgumentParser:
                          "data's valid split, judged like the candidate (e.g. 0.25,0.5,0.75)")
     ap.add_argument("--ship", action="store_true", help="copy a candidate that beats the shipped checkpoint over it "
                     "(with --interpolate: else the chosen interpolation, when it beats)")
+    ap.add_argument("--climb", action="store_true", help="with --then-seeds: after a round whose candidate (or its "
+                    "interpolation) beats, the next rounds start from that winner and are judged against it, and "
+                    "--shipped is never written; the last winner is printed for `aiayn ship` (--ship climbs through "
+                    "the shipped folder instead)")
     ap.add_argument("--no-nice", action="store_true", help="keep this process's priority (default: nice 19, and the same for the scheduling "
                     "autogroup of each training process, which nice alone does not lower)")
     ap.add_argument("--allocator", default="auto", choices=ALLOCATORS,
@@ -907,7 +912,10 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     seconds["scoring"] = round(time.monotonic() - t0, 1)
     v = verdict(cand_scores, ship_scores)
     v["paired"] = paired_comparison(ship_evals, cand_evals, Path(plan["data"]), devsets, args.direction)
+    from ..files import sha256_file
+
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
+              "shipped_sha256": sha256_file(shipped / "model.safetensors"),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
               "processes": plan.get("processes", 1),
               "seconds": seconds,
@@ -937,9 +945,11 @@ def _what_training_added(plan: dict[str, Any], rc: int) -> dict[str, int] | None
 
 
 def _round(args: argparse.Namespace, plan: dict[str, Any], shipped: Path, out: Path, deadline: _dt.datetime,
-           weights: list[float], child_env: dict[str, str], how: str) -> int:
+           weights: list[float], child_env: dict[str, str], how: str) -> tuple[int, Path | None]:
     """One round of ``aiayn train-on``: train ``plan`` until ``deadline`` less half the reserve, build the candidate
-    into ``out``, judge it (and the interpolation), ship with ``--ship``. Returns :func:`cli_main`'s exit code.
+    into ``out``, judge it (and the interpolation) against ``shipped``, ship with ``--ship``. Returns
+    ``(code, winner)``: :func:`cli_main`'s exit code and the folder that beat ``shipped`` (the candidate, else the
+    carded interpolation), or None.
 
     Raises:
         KeyboardInterrupt: Ctrl-C or SIGTERM while it trained or judged.
@@ -951,13 +961,13 @@ def _round(args: argparse.Namespace, plan: dict[str, Any], shipped: Path, out: P
                         child_env, processes=plan.get("processes", 1))
         added = _what_training_added(plan, rc)
         if added is None:
-            return EXIT_TRAIN_FAILED
+            return EXIT_TRAIN_FAILED, None
         notes = (f"Trained on with `aiayn train-on` ({how}); this call added {added['steps']:,} steps and "
                  f"{added['tokens']:,} target tokens.")
         seconds = {"training": round(time.monotonic() - t0, 1)}
         if _build_candidate(plan, args, out, notes) != 0:
             print(f"aiayn train-on: the candidate could not be built (see {out / 'finish_status.json'})", file=sys.stderr)
-            return EXIT_CANDIDATE_FAILED
+            return EXIT_CANDIDATE_FAILED, None
         seconds["candidate"] = round(time.monotonic() - t0 - seconds["training"], 1)
         report = _judge(plan, args, out, shipped, added, seconds)
         print(verdict_line(report, out / "candidate"), flush=True)
@@ -969,7 +979,7 @@ def _round(args: argparse.Namespace, plan: dict[str, Any], shipped: Path, out: P
                 + verdict_line(interp, Path(interp["checkpoint"]), "the interpolation"), flush=True)
     except ValueError as exc:  # an interpolation that could not be made or scored; the plain verdict is written
         print(f"aiayn train-on: {exc}", file=sys.stderr)
-        return EXIT_CANDIDATE_FAILED
+        return EXIT_CANDIDATE_FAILED, None
     interp = report.get("interpolation") or {}
     chosen = out / "candidate" if report["beats"] else \
         Path(interp["checkpoint"]) if interp.get("beats") and interp["stages"]["card"] == 0 else None  # never uncarded
@@ -980,7 +990,7 @@ def _round(args: argparse.Namespace, plan: dict[str, Any], shipped: Path, out: P
                  f"; its head sweep failed: run `aiayn sweep --checkpoint {shipped}`)"))
     elif args.ship:
         print(f"not shipped: {shipped} stays as it is")
-    return 0
+    return 0, chosen
 
 
 def _plan_and_say(args: argparse.Namespace, shipped: Path, deadline: _dt.datetime, out: Path,
@@ -1053,6 +1063,9 @@ def cli_main(argv: list[str]) -> int:
     try:
         weights = parse_weights(args.interpolate)
         seeds = parse_seeds(args.then_seeds)
+        if args.climb and (args.ship or not seeds):
+            raise BadInput("--climb needs --then-seeds (it says where the rounds after the first start from) and "
+                           "not --ship (which climbs through the shipped folder itself)")
         deadline = parse_deadline(args.until, args.minutes, _dt.datetime.now().astimezone())
         shipped = Path(args.shipped).expanduser() if args.shipped else REPO / "checkpoints" / args.direction
         child_env = allocator_env(os.environ, args.allocator)
@@ -1067,24 +1080,43 @@ def cli_main(argv: list[str]) -> int:
         print("$ " + " ".join(plan["cmd"]) + times + f"\n(dry run: nothing started; the candidate would go to "
               f"{out / 'candidate'}{then})")
         return 0
-    first = (Path(plan["run"]), out)
     try:
-        code = _round(args, plan, shipped, out, deadline, weights, child_env, how)
-        for seed in seeds:
-            if code != 0:
-                break
-            try:
-                nxt = _next_round(args, first, Path(plan["run"]), seed, shipped, deadline, child_env)
-            except (BadInput, ValueError) as exc:
-                print(f"aiayn train-on: no round for seed {seed}: {exc}", file=sys.stderr)
-                return EXIT_BAD_INPUT
-            if nxt is None:
-                break
-            plan, how, round_out = nxt
-            code = _round(args, plan, shipped, round_out, deadline, weights, child_env, how)
+        return _rounds(args, plan, how, shipped, out, deadline, weights, seeds, child_env)
     except KeyboardInterrupt:
         print("aiayn train-on: interrupted; the run's states are complete and resumable", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _rounds(args: argparse.Namespace, plan: dict[str, Any], how: str, shipped: Path, out: Path, deadline: _dt.datetime,
+            weights: list[float], seeds: list[int], child_env: dict[str, str]) -> int:
+    """The first round (``plan``), then one per seed while time lasts (:func:`_next_round`). Each round starts from
+    and is judged against ``shipped`` (which ``--ship`` may have replaced), or with ``--climb`` against the last
+    round's winner (printed at the end: what ``aiayn ship`` takes). Returns :func:`cli_main`'s exit code.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C or SIGTERM in a round.
+    """
+    first, parent, best = (Path(plan["run"]), out), shipped, None
+    code, winner = _round(args, plan, parent, out, deadline, weights, child_env, how)
+    for seed in seeds:
+        if code != 0:
+            break
+        if args.climb and winner is not None:
+            parent = best = winner
+            print(f"climb: the next round starts from {winner}, and is judged against it", flush=True)
+        try:
+            nxt = _next_round(args, first, Path(plan["run"]), seed, parent, deadline, child_env)
+        except (BadInput, ValueError) as exc:
+            print(f"aiayn train-on: no round for seed {seed}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if nxt is None:
+            break
+        plan, how, round_out = nxt
+        code, winner = _round(args, plan, parent, round_out, deadline, weights, child_env, how)
+    if args.climb:
+        best = winner or best
+        print(f"climb: the best of the rounds is {best}; ship it with `aiayn ship {best} --to {shipped}`" if best else
+              f"climb: no round beat {shipped}", flush=True)
     return code
 
 
