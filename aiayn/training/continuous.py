@@ -912,10 +912,10 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     seconds["scoring"] = round(time.monotonic() - t0, 1)
     v = verdict(cand_scores, ship_scores)
     v["paired"] = paired_comparison(ship_evals, cand_evals, Path(plan["data"]), devsets, args.direction)
-    from ..files import sha256_file
+    from ..sweep import weights_sha256
 
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
-              "shipped_sha256": sha256_file(shipped / "model.safetensors"),
+              "shipped_sha256": weights_sha256(shipped),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
               "processes": plan.get("processes", 1),
               "seconds": seconds,

@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..files import sha256_file
 from ..lineage import short_path
+from .continuous import REPO, ship
+from .continuous import _json_or_empty as _read_json
 
 #: the files of a shipped checkpoint that may name the folder a candidate started from
 TEXT_FILES = ("config.json", "MODEL_CARD.md", "eval_test.json", "eval_test_general.json", "eval_dev.json")
@@ -42,21 +43,15 @@ class ShipRefused(ValueError):
     """The candidate cannot be shipped over the target; the message says why and what to do."""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _same(a: str | Path | None, b: Path) -> bool:
     return a is not None and Path(a).expanduser().resolve() == b.resolve()
 
 
 def _weights_sha(folder: Path) -> str | None:
+    from ..sweep import weights_sha256
+
     try:
-        return sha256_file(folder / "model.safetensors")
+        return weights_sha256(folder)
     except FileNotFoundError:
         return None
 
@@ -170,8 +165,6 @@ def ship_judged(candidate: Path, target: Path, repo: Path, *, dry_run: bool = Fa
     Raises:
         ShipRefused: what :func:`judged_chain` refuses.
     """
-    from .continuous import ship
-
     chain = judged_chain(candidate, target)
     name = target_name(target, repo)
     renamed: list[str] = []
@@ -191,8 +184,6 @@ def _score_lines(chain: list[dict[str, Any]]) -> list[str]:
 def cli_main(argv: list[str]) -> int:
     """``aiayn ship CANDIDATE [--to checkpoints/<direction>] [--dry-run]``. Returns 0 shipped (or would be), 2
     refused (nothing written)."""
-    from .continuous import REPO
-
     ap = argparse.ArgumentParser(prog="aiayn ship", description="Copy a candidate that `aiayn train-on` judged better "
                                  "than the shipped checkpoint (on the test split and every development set) over it. "
                                  "Refuses a candidate without such a verdict, or one judged against other weights.")
