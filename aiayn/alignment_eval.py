@@ -163,7 +163,7 @@ def align_checkpoint(tr: "Translator", gold: str | Path = GOLD_PATH, *, directio
         ValueError: an unknown direction, a malformed gold file, no pair matched.
     """
     from .files import sha256_file
-    from .sweep import weights_sha256
+    from .checkpoint_format import weights_sha256
 
     direction = direction or tr.meta.get("direction")
     weights = weights_sha256(tr.path) if tr.path is not None else None

@@ -279,7 +279,7 @@ def attribution_payload(tr: "Translator", gold: str | Path = GOLD_PATH, *, direc
         ValueError: as :func:`corpus_agreement`; a malformed gold file; ``n_pairs`` out of range.
     """
     from .files import sha256_file
-    from .sweep import weights_sha256
+    from .checkpoint_format import weights_sha256
 
     direction = direction or tr.meta.get("direction")
     _sides(al.GoldPair([], [], frozenset(), frozenset(), 0), direction)  # an unknown direction fails before work

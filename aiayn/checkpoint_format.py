@@ -29,6 +29,18 @@ MARIAN_TOKENIZER_FILES = (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB)
 DEFAULT_CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
+def weights_sha256(checkpoint: str | Path) -> str:
+    """SHA-256 (hex) of a checkpoint directory's weights file: what says which weights a stored evaluation, sweep,
+    alignment or verdict was computed on.
+
+    Raises:
+        FileNotFoundError: no weights file.
+    """
+    from .files import sha256_file
+
+    return sha256_file(Path(checkpoint).expanduser() / WEIGHTS_FILE)
+
+
 def read_config(directory: str | Path) -> dict[str, Any]:
     """Read and validate ``config.json`` of a checkpoint directory (no weights read, no torch).
 

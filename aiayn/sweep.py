@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .analysis.ablation import KINDS, corpus_chrf, head_mask_array
+from .checkpoint_format import weights_sha256  # what makes a cached sweep stale
 from .jobs import Cancelled
 
 if TYPE_CHECKING:  # annotations only: these import torch / pandas
@@ -204,18 +205,6 @@ def sweep_path(checkpoint: str | Path, projection: str = "float32") -> Path:
     if projection == "float32":
         return Path(checkpoint) / SWEEP_FILE
     return Path(checkpoint) / SWEEP_FILE.replace(".json", f".{projection}.json")
-
-
-def weights_sha256(checkpoint: str | Path) -> str:
-    """SHA-256 of the checkpoint's weights file (what makes a cached sweep stale).
-
-    Raises:
-        FileNotFoundError: no weights file.
-    """
-    from .checkpoint_format import WEIGHTS_FILE
-    from .files import sha256_file
-
-    return sha256_file(Path(checkpoint) / WEIGHTS_FILE)
 
 
 def sweep_payload(df: "pd.DataFrame", *, weights: str, pairs: Sequence[tuple[str, str]], beam_size: int,

@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from ..checkpoint_format import weights_sha256
 from ..files import check_outside, derived_data_folder, sha256_file
 from ..translation import LANGUAGE_NAMES
 from .corpora import collapse_whitespace, read_lines, read_tsv
@@ -510,7 +511,7 @@ def cli_main(argv: list[str]) -> int:
             torch.set_num_threads(args.threads)
         checkpoint = Path(args.checkpoint).expanduser()
         tr = translator_for(Translator.load(checkpoint), direction)
-        model_sha256 = sha256_file(checkpoint / "model.safetensors")
+        model_sha256 = weights_sha256(checkpoint)
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as exc:
         return fail(str(exc))
     try:

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..checkpoint_format import weights_sha256
 from ..files import atomic_write_text, sha256_file
 from .scoring import evaluate_translator
 
@@ -181,7 +182,7 @@ def cli_main(argv: list[str]) -> int:
     out = {
         "checkpoint": str(Path(args.checkpoint).expanduser().resolve()),
         "checkpoint_step": tr.meta.get("step"),
-        "model_sha256": sha256_file(Path(args.checkpoint).expanduser() / "model.safetensors"),
+        "model_sha256": weights_sha256(args.checkpoint),
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha, "max_len": "source length + 50",
                      "projection": tr.projection.precision, "domain": tr.cfg.domain,
                      "rerank": None if weight is None else {"weight": weight,

@@ -47,6 +47,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint_format import weights_sha256
 from .allocator import ALLOCATORS, allocator_env, describe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -521,7 +522,7 @@ def _fresh_dev_eval(path: Path, ckpt: Path, devsets: Path, direction: str) -> bo
     except BadInput:
         return False
     sets = ev.get("sets") or {}
-    return direction in (ev.get("scores") or {}) and ev.get("model_sha256") == sha256_file(ckpt / "model.safetensors") \
+    return direction in (ev.get("scores") or {}) and ev.get("model_sha256") == weights_sha256(ckpt) \
         and all((sets.get(n) or {}).get("sha256") == sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES)
 
 
@@ -912,8 +913,6 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     seconds["scoring"] = round(time.monotonic() - t0, 1)
     v = verdict(cand_scores, ship_scores)
     v["paired"] = paired_comparison(ship_evals, cand_evals, Path(plan["data"]), devsets, args.direction)
-    from ..sweep import weights_sha256
-
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
               "shipped_sha256": weights_sha256(shipped),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),

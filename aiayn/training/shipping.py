@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint_format import weights_sha256
 from ..lineage import short_path
 from .continuous import REPO, ship
 from .continuous import _json_or_empty as _read_json
@@ -48,8 +49,6 @@ def _same(a: str | Path | None, b: Path) -> bool:
 
 
 def _weights_sha(folder: Path) -> str | None:
-    from ..sweep import weights_sha256
-
     try:
         return weights_sha256(folder)
     except FileNotFoundError:
