@@ -37,6 +37,22 @@ def short_path(path: str | Path | None) -> str | None:
     return "/".join(parts[-2:]) if parts else str(path)
 
 
+def distinct_paths(paths: list[str | Path]) -> list[str]:
+    """Names for several folders that tell them apart: for each, the shortest tail of its path (at least the last
+    two parts, as :func:`short_path`) that no other path of the list ends with. ``[".../on27-43/de-en/candidate",
+    ".../on28-46/de-en/candidate"]`` -> ``["on27-43/de-en/candidate", "on28-46/de-en/candidate"]``, where
+    :func:`short_path` would name both ``de-en/candidate``. A path given twice gets its whole path both times."""
+    split = [Path(str(p)).parts for p in paths]
+    names = []
+    for i, parts in enumerate(split):
+        others = [q for j, q in enumerate(split) if j != i]
+        k = min(2, len(parts))
+        while k < len(parts) and any(q[-k:] == parts[-k:] for q in others):
+            k += 1
+        names.append("/".join(parts[-k:]) if parts else str(paths[i]))
+    return names
+
+
 def data_description(data_dir: str | Path | None) -> str:
     """What a data directory holds, in words, from its ``datasheet.json`` (``aiayn data ding`` / ``debian``):
     ``"Ding German-English dictionary"``, ``"Ding + 167,327 sentence pairs from 308 Debian packages"``; the

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.lineage import lifetime, lineage_markdown, lineage_of
+from aiayn.lineage import distinct_paths, lifetime, lineage_markdown, lineage_of, short_path
 from aiayn.training.export import export
 from aiayn.training.loop import train
 from aiayn.training.recipe import TrainConfig
@@ -177,3 +177,14 @@ def test_readme_states_the_shipped_lifetimes_and_the_serving_defaults():
     assert "listens on every network interface" in readme and "**no login**" in readme
     # both shipped models were trained on the Debian sentences: the licence section must not say only en-de
     assert "en-de also on German translations" not in readme and "both (en-de and de-en)" in readme
+
+
+def test_distinct_paths_tell_alike_folders_apart_with_the_shortest_tail():
+    paths = ["/c/train-on27-43/de-en/candidate", "/c/train-on28-46/de-en/candidate", "/c/shipped14-de-en",
+             "/x/a/b/en-de/candidate", "/y/a/b/en-de/candidate"]
+    names = distinct_paths(paths)
+    assert names == ["train-on27-43/de-en/candidate", "train-on28-46/de-en/candidate", "c/shipped14-de-en",
+                     "x/a/b/en-de/candidate", "y/a/b/en-de/candidate"]
+    assert len(set(names)) == len(names) and {short_path(p) for p in paths[:2]} == {"de-en/candidate"}
+    assert all(p.endswith(n) for p, n in zip(paths, names))
+    assert distinct_paths(["/a/b"]) == ["a/b"] and distinct_paths([]) == []

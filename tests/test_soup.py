@@ -192,7 +192,9 @@ def test_ship_copies_only_a_soup_that_beats(tmp_path, tiny_data, tiny_spm, monke
     from test_train_on import _world
 
     w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
-    ingredients = [make_tiny_checkpoint(tmp_path / f"i{s}", tiny_spm, "en-de", seed=s) for s in (5, 6)]
+    # named as train-on names its candidates: the last two parts alike, so the card must name them by more
+    ingredients = [make_tiny_checkpoint(tmp_path / f"on-{s}" / "en-de" / "candidate", tiny_spm, "en-de", seed=s)
+                   for s in (5, 6)]
     out = tmp_path / "soup"
     low = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
     high = {k: {"bleu": 1.0, "chrf": 21.0 if beats else 19.0} for k in low}
@@ -205,6 +207,9 @@ def test_ship_copies_only_a_soup_that_beats(tmp_path, tiny_data, tiny_spm, monke
     text = capsys.readouterr().out
     assert code == 0, text[-3000:]
     after = hashlib.sha256((w["shipped"] / "model.safetensors").read_bytes()).hexdigest()
+    card = (out / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "`on-5/en-de/candidate`, `on-6/en-de/candidate`" in card, card  # each ingredient told apart
+    assert "`aiayn soup`" in card and "no training" in card and "aiayn train-on" not in card, card  # nothing trained
     if beats:
         assert "shipped: copied" in text and after == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
         assert {"MODEL_CARD.md", "alignment.json", "attribution.json", "head_sweep.json"} <= {p.name for p in w["shipped"].iterdir()}

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..checkpoint_format import CONFIG_FILE
 from ..files import atomic_write_text
-from ..lineage import backtranslation_records, lifetime, short_path
+from ..lineage import backtranslation_records, distinct_paths, lifetime, short_path
 from ..translation import LANGUAGE_NAMES
 
 EVERYDAY = {
@@ -277,7 +277,7 @@ def _soup_note(soup: dict[str, Any] | None) -> str:
     how = (f" (a greedy soup: {len(items)} of {len(soup.get('scores') or items)} ingredients kept by chrF on the valid "
            "split)") if soup.get("method") == "greedy" else ""
     return (f" The weights shipped are the mean of {len(items)} such checkpoints, parameter by parameter, this one and "
-            + ", ".join(f"`{short_path(i.get('path'))}`" for i in items[1:])
+            + ", ".join(f"`{name}`" for name in distinct_paths([str(i.get("path")) for i in items])[1:])
             + f": fine-tunes of one parent (a model soup, Wortsman et al. 2022){how}.")
 
 

@@ -878,15 +878,20 @@ def _stop_group(procs: list[subprocess.Popen]) -> None:
             break
 
 
-def _hardware(threads: int, processes: int = 1) -> str:
+def _hardware(threads: int, processes: int = 1, command: str = "aiayn train-on") -> str:
+    """Where a checkpoint was evaluated, for its card: this CPU, the command, its nice value, and (for train-on)
+    how many training processes; ``command="aiayn soup"`` names a soup, which trains nothing."""
     cpu = "CPU"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                    if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    who = f"{processes} training processes" if processes > 1 else "one training process"
-    return f"CPU ({cpu}), `aiayn train-on` at nice {os.nice(0)}, {who}, {threads or 'default'} thread(s)"
+    if command != "aiayn train-on":
+        who = "weights averaged, no training"
+    else:
+        who = f"{processes} training processes" if processes > 1 else "one training process"
+    return f"CPU ({cpu}), `{command}` at nice {os.nice(0)}, {who}, {threads or 'default'} thread(s)"
 
 
 def _build_candidate(plan: dict[str, Any], args: argparse.Namespace, out: Path, notes: str) -> int:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..checkpoint import SPM_FILE, WEIGHTS_FILE, average_checkpoints, load_checkpoint, load_state, read_config, save_checkpoint
 from ..files import atomic_copy
-from ..lineage import lifetime, short_path, with_last_note
+from ..lineage import distinct_paths, lifetime, with_last_note
 from .export import differing_fields, require_one_model
 from .history import HISTORY_FILE
 
@@ -88,7 +88,7 @@ def _lineage_with_soup(lineage: Any, paths: list[Path]) -> Any:
     others (named by folder): the lineage table shows one run, and only the note tells that others were mixed in."""
     if len(paths) == 1:
         return lineage
-    others = ", ".join(str(short_path(p)) for p in paths[1:])
+    others = ", ".join(distinct_paths(paths)[1:])
     return with_last_note(lineage, f"the weights are the mean of this run's and {len(paths) - 1} other fine-tune(s) of "
                                    f"the same parent ({others}; a model soup, aiayn soup)")
 
@@ -234,13 +234,14 @@ def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Nam
         return 0
     how = meta["soup"].get("method", "uniform")
     notes = (f"A {how} model soup (Wortsman et al. 2022) of {len(meta['soup']['ingredients'])} checkpoints: "
-             + ", ".join(f"`{short_path(i['path'])}`" for i in meta["soup"]["ingredients"])
+             + ", ".join(f"`{name}`" for name in distinct_paths([i["path"] for i in meta["soup"]["ingredients"]]))
              + (" (chosen by chrF on the valid split)." if how == "greedy" else "."))
     try:
         work.mkdir(parents=True, exist_ok=True)
         shipped_evals = side_evals(shipped, work / "shipped", data, devsets, direction, "cpu")
         shipped_scores = eval_scores(shipped_evals, direction)
-        judged = judge_checkpoint(out, shipped_scores, data, devsets, direction, _hardware(args.threads), notes,
+        judged = judge_checkpoint(out, shipped_scores, data, devsets, direction,
+                                  _hardware(args.threads, command="aiayn soup"), notes,
                                   shipped_evals)
     except ValueError as exc:
         print(f"aiayn soup: {exc}", file=sys.stderr)
