@@ -118,3 +118,42 @@ def test_the_lineage_notes_the_interpolation_on_its_last_run(pair, tmp_path):
     assert f"{a.parent.name}/{a.name} (lifetime step 1,200) + 0.25 x this run's" in last["note"]
     # B's own files are untouched: only the output's lineage says it
     assert json.loads((b / "config.json").read_text())["meta"]["lineage"][-1]["note"] == "seed 22"
+
+
+def test_a_search_keeps_the_weight_best_on_the_valid_split(pair, tiny_data, tmp_path, capsys):
+    """Several weights: each is written and scored on the data's valid split, the best one (ties: nearer 0.5) is
+    kept as OUT with the scores beside it, and no other weight's folder is left behind."""
+    from aiayn.training.continuous import valid_chrf
+
+    a, b = pair
+    out = tmp_path / "found" / "best"
+    assert interpolate_cli_main([str(a), str(b), str(out), "--weight", "0.75,0.25,0.5", "--data", str(tiny_data)]) == 0
+    found = json.loads((out / "interpolation_search.json").read_text())
+    chrf = {float(w): c for w, c in found["valid_chrf"].items()}
+    assert sorted(chrf) == [0.25, 0.5, 0.75] and found["split"] == "valid" and found["direction"] == "en-de"
+    best = max(chrf, key=lambda w: (chrf[w], -abs(w - 0.5)))
+    assert found["weight"] == best and found["checkpoint"] == str(out)
+    want = load_checkpoint(interpolate(a, b, tmp_path / "want", weight=best))[0].state_dict()
+    got = load_checkpoint(out)[0].state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in got.items())
+    other = next(w for w in chrf if w != best)  # each score is its own weight's, not the chosen one's
+    assert valid_chrf(interpolate(a, b, tmp_path / "other", weight=other), tiny_data, "en-de") == pytest.approx(chrf[other])
+    assert [p.name for p in (tmp_path / "found").iterdir()] == ["best"]
+    assert f"w = {best:g}" in capsys.readouterr().out
+
+
+def test_a_search_is_refused_in_one_line_before_anything_is_written(pair, tiny_data, tmp_path, capsys):
+    a, b = pair
+    out = tmp_path / "out"
+    for argv, says in ((["--weight", "0.25,0.5"], "need --data DIR"),
+                       (["--weight", "0.25,x", "--data", str(tiny_data)], "separated by commas"),
+                       (["--weight", "0.25,1.5", "--data", str(tiny_data)], "in [0, 1]"),
+                       (["--weight", "0.5,0.5", "--data", str(tiny_data)], "two different weights"),
+                       (["--weight", "0.25,0.5", "--data", str(tmp_path)], "has no valid.tsv")):
+        assert interpolate_cli_main([str(a), str(b), str(out)] + argv) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, argv
+        assert not out.exists()
+    out.mkdir()  # an existing folder is never replaced
+    assert interpolate_cli_main([str(a), str(b), str(out), "--weight", "0.25,0.5", "--data", str(tiny_data)]) == 2
+    assert "already exists" in capsys.readouterr().err and list(out.iterdir()) == []

@@ -165,20 +165,86 @@ def _lineage_with_interpolation(lineage: Any, a_dir: Path, a_life: Lifetime | No
                                    f"{weight:g} x this run's (aiayn interpolate, WiSE-FT)")
 
 
+def interpolation_search_cli(a: str, b: str, out: str, weights: list[float], data: str, direction: str | None,
+                             device: str = "cpu") -> dict[str, Any]:
+    """Write ``(1 - w) A + w B`` for each of ``weights``, score each by chrF (beam 4, alpha 0.6) on ``data/valid.tsv``
+    (:func:`aiayn.training.continuous.interpolation_search`, the choice ``aiayn train-on --interpolate`` makes), and
+    keep the best as ``out`` (ties: the weight nearer 0.5), with ``interpolation_search.json`` beside its weights:
+    the split, every weight's valid chrF, the chosen weight. The other weights' folders are removed. For a candidate
+    made elsewhere (a GPU run brought back): judge ``out`` afterwards with ``aiayn soup out --judge``.
+
+    Returns:
+        ``{"split": "valid", "valid_chrf": {"<w>": chrF, ...}, "weight": w, "checkpoint": "<out>", "data": "<data>"}``.
+
+    Raises:
+        ValueError: fewer than two weights, a weight outside [0, 1], no ``valid.tsv`` in ``data``, no direction
+            given or in B's meta, ``out`` already exists, a weight's evaluation failed; from :func:`interpolate`:
+            checkpoints of different models.
+        FileNotFoundError: a checkpoint directory or one of its files is missing.
+    """
+    import shutil
+    import tempfile
+
+    from ..files import atomic_write_text
+    from .continuous import interpolation_search
+
+    if len(set(weights)) < 2:
+        raise ValueError(f"a search needs at least two different weights, got {weights}")
+    if any(not 0.0 <= w <= 1.0 for w in weights):
+        raise ValueError(f"weights must be in [0, 1] (the share of B), got {weights}")
+    data_dir, out_dir, b_dir = Path(data).expanduser(), Path(out).expanduser(), Path(b).expanduser()
+    if not (data_dir / "valid.tsv").is_file():
+        raise ValueError(f"{data_dir} has no valid.tsv: the weights are chosen on the data's valid split")
+    if out_dir.exists():
+        raise ValueError(f"{out_dir} already exists: choose a new folder (nothing is overwritten)")
+    direction = direction or read_config(b_dir).get("meta", {}).get("direction")
+    if not direction:
+        raise ValueError(f"{b_dir}'s meta names no direction: give --direction")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.search-", dir=out_dir.parent))
+    try:
+        found = interpolation_search(Path(a).expanduser(), b_dir, data_dir, sorted(set(weights)), work, direction, device)
+        Path(found["checkpoint"]).rename(out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    found.update(checkpoint=str(out_dir), data=str(data_dir), direction=direction)
+    atomic_write_text(out_dir / "interpolation_search.json", json.dumps(found, indent=2) + "\n")
+    return found
+
+
 def interpolate_cli_main(argv: list[str]) -> int:
-    """``aiayn interpolate A B OUT --weight W``: :func:`interpolate`. Returns the exit code: 0, or 2 (one line on
-    stderr) for a bad weight, a missing or damaged checkpoint, or two checkpoints of different models."""
+    """``aiayn interpolate A B OUT --weight W``: :func:`interpolate`; ``--weight W1,W2,... --data DIR``: the search
+    of :func:`interpolation_search_cli`. Returns the exit code: 0, or 2 (one line on stderr) for a bad weight, a
+    missing or damaged checkpoint, two checkpoints of different models, a search without ``--data`` or a failed
+    evaluation."""
     ap = argparse.ArgumentParser(prog="aiayn interpolate", description="Weight interpolation (1 - W) A + W B of two "
-                                 "checkpoints of one model (WiSE-FT, Wortsman et al. 2022).")
+                                 "checkpoints of one model (WiSE-FT, Wortsman et al. 2022); with several weights, the "
+                                 "one best on a data folder's valid split.")
     ap.add_argument("a", help="checkpoint A (e.g. the shipped model)")
     ap.add_argument("b", help="checkpoint B (e.g. its fine-tuned descendant); its other files are kept")
     ap.add_argument("out", help="output checkpoint directory")
-    ap.add_argument("--weight", type=float, required=True, help="W, the share of B, in [0, 1]")
+    ap.add_argument("--weight", required=True, help="W, the share of B, in [0, 1]; several, separated by commas "
+                    "(e.g. 0.25,0.5,0.75), keep the one with the best chrF on --data's valid split")
+    ap.add_argument("--data", default=None, help="with several weights: the data folder whose valid.tsv chooses")
+    ap.add_argument("--direction", default=None, choices=["en-de", "de-en"], help="default: B's meta's")
+    ap.add_argument("--device", default="cpu", help="where the valid split is translated (default cpu)")
     args = ap.parse_args(argv)
     try:
-        out = interpolate(args.a, args.b, args.out, weight=args.weight)
+        try:
+            weights = [float(part) for part in args.weight.split(",") if part.strip()]
+        except ValueError:
+            raise ValueError(f"--weight takes numbers in [0, 1] separated by commas, got {args.weight!r}") from None
+        if len(weights) == 1:
+            out = interpolate(args.a, args.b, args.out, weight=weights[0])
+            print(f"wrote {out}: {1 - weights[0]:g} x {args.a} + {weights[0]:g} x {args.b}")
+            return 0
+        if not args.data:
+            raise ValueError(f"{len(weights)} weights need --data DIR: its valid split chooses among them")
+        found = interpolation_search_cli(args.a, args.b, args.out, weights, args.data, args.direction, args.device)
     except (FileNotFoundError, ValueError) as exc:
         print(f"aiayn interpolate: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out}: {1 - args.weight:g} x {args.a} + {args.weight:g} x {args.b}")
+    scores = ", ".join(f"w = {w}: {c:.2f}" for w, c in found["valid_chrf"].items())
+    print(f"valid chrF {scores}; wrote {found['checkpoint']}: w = {found['weight']:g} "
+          f"({1 - found['weight']:g} x {args.a} + {found['weight']:g} x {args.b})")
     return 0
