@@ -216,3 +216,30 @@ def test_ship_copies_only_a_soup_that_beats(tmp_path, tiny_data, tiny_spm, monke
         assert load_checkpoint(w["shipped"])[1]["meta"]["soup"]["method"] == "uniform"
     else:
         assert "not shipped" in text and after == before
+
+
+def test_a_soup_of_one_is_that_checkpoint_judged_as_it_is(tmp_path, tiny_data, tiny_spm, monkeypatch, capsys):
+    """`aiayn soup X --judge` on one folder judges X (e.g. a candidate made elsewhere): its weights unchanged, and
+    its card tells no soup and keeps the hardware of X's last run, not "aiayn soup, no training"."""
+    from aiayn.evaluation.devsets import SET_NAMES
+    from aiayn.training import continuous
+    from test_train_on import _world
+
+    w = _world(tmp_path / "world", tiny_data, tiny_spm, make_tiny_checkpoint)
+    one = make_tiny_checkpoint(tmp_path / "on-7" / "en-de" / "interp-0.5", tiny_spm, "en-de", seed=7)
+    config = json.loads((one / "config.json").read_text())
+    config["meta"]["lineage"] = [{"run": "runs/en-de-7", "direction": "en-de", "steps": 400, "train_tokens": 9000,
+                                  "wall_time_s": 60.0, "hardware": "CPU Testium (2 logical cores), 1 thread(s)"}]
+    (one / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "judged"
+    scores = {"test": {"bleu": 1.0, "chrf": 20.0}, **{f"dev/{n}": {"bleu": 1.0, "chrf": 20.0} for n in SET_NAMES}}
+    monkeypatch.setattr(continuous, "eval_scores", lambda evals, direction: scores)
+    code = soup_mod.cli_main([str(one), "--out", str(out), "--judge", "--data", str(w["data"]), "--shipped",
+                              str(w["shipped"]), "--devsets", str(w["dev"]), "--threads", "1"])
+    assert code == 0, capsys.readouterr().out[-3000:]
+    card = (out / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "`en-de/interp-0.5` as it is" in card and "model soup" not in card, card
+    [hardware] = [line for line in card.splitlines() if line.startswith("- Hardware:")]
+    assert "CPU Testium (2 logical cores)" in hardware and "no training" not in hardware, hardware
+    mine, theirs = load_checkpoint(one)[0].state_dict(), load_checkpoint(out)[0].state_dict()
+    assert all(torch.equal(v, mine[k]) for k, v in theirs.items())

@@ -233,15 +233,23 @@ def _judge(out: Path, work: Path, data: Path, direction: str, args: argparse.Nam
         print(f"the soup has the weights of {shipped}: nothing to judge (report: {work / 'verdict.json'})", flush=True)
         return 0
     how = meta["soup"].get("method", "uniform")
-    notes = (f"A {how} model soup (Wortsman et al. 2022) of {len(meta['soup']['ingredients'])} checkpoints: "
-             + ", ".join(f"`{name}`" for name in distinct_paths([i["path"] for i in meta["soup"]["ingredients"]]))
-             + (" (chosen by chrF on the valid split)." if how == "greedy" else "."))
+    items = meta["soup"]["ingredients"]
+    hardware = _hardware(args.threads, command="aiayn soup")
+    if len(items) == 1:  # a soup of one is that checkpoint as it is: its card keeps its last run's hardware
+        notes = (f"The checkpoint `{distinct_paths([items[0]['path']])[0]}` as it is, judged with `aiayn soup --judge` "
+                 "(one ingredient: no averaging).")
+        last_run = (meta.get("lineage") or [{}])[-1]
+        hardware = last_run.get("hardware") or hardware
+    else:
+        notes = (f"A {how} model soup (Wortsman et al. 2022) of {len(items)} checkpoints: "
+                 + ", ".join(f"`{name}`" for name in distinct_paths([i["path"] for i in items]))
+                 + (" (chosen by chrF on the valid split)." if how == "greedy" else "."))
     try:
         work.mkdir(parents=True, exist_ok=True)
         shipped_evals = side_evals(shipped, work / "shipped", data, devsets, direction, "cpu")
         shipped_scores = eval_scores(shipped_evals, direction)
         judged = judge_checkpoint(out, shipped_scores, data, devsets, direction,
-                                  _hardware(args.threads, command="aiayn soup"), notes,
+                                  hardware, notes,
                                   shipped_evals)
     except ValueError as exc:
         print(f"aiayn soup: {exc}", file=sys.stderr)
