@@ -15,11 +15,10 @@ from aiayn.examples import ALSO_CORRECT, EXAMPLES, demo_sentences
 from aiayn.translator import CHECKPOINTS_DIR
 
 DIRECTIONS = ("en-de", "de-en")
-#: (direction, source) -> what the shipped model writes instead (en-de of session 29, lifetime 47,815 steps; de-en of
-#: session 14, 41,929 steps)
+#: (direction, source) -> what the shipped model writes instead (en-de of session 32, lifetime 54,715 steps, which
+#: writes "Guten Morgen!" at last; de-en of session 14, 41,929 steps)
 STILL_WRONG = {
-    ("en-de", "The cat sat on the mat."): "Die Katze saß auf den Mathe.",
-    ("en-de", "Good morning!"): "Gute Morgen!",
+    ("en-de", "The cat sat on the mat."): "Die Katze saß auf dem Mathe.",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
     ("de-en", "Ich lese gern Bücher im Garten."): "I like books in the garden.",
 }
@@ -55,12 +54,13 @@ def test_demo_sentence_translates_correctly(translators, direction, source, acce
 
 
 #: (direction, source) -> what the shipped model writes with its n-best list reranked by the reverse model
-#: (aiayn.reranking, the default weight): strict xfails as above. The 4-best of the shipped en-de holds "Guten
-#: Morgen!" (second) but the reverse model does not lift it; the other three have no right hypothesis in the beam
-#: (session 21's en-de put the cat on the mat when reranked).
+#: (aiayn.reranking, the default weight): strict xfails as above. With the session-32 en-de the reverse model lifts
+#: "Die Katze saß auf der Matte." (second of its 4-best) to the top, but also "Gute Morgen!" over the beam's right
+#: "Guten Morgen!" and "dass" over the right relative pronoun "das"; the garden sentences have no right hypothesis in
+#: the beam.
 STILL_WRONG_RERANKED = {
-    ("en-de", "The cat sat on the mat."): "Die Katze setzte sich auf den Mathe.",
     ("en-de", "Good morning!"): "Gute Morgen!",
+    ("en-de", "He reads the book that she gave him."): "Er liest das Buch, dass sie ihm gegeben hat.",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
     ("de-en", "Ich lese gern Bücher im Garten."): "I like books in the garden.",
 }
