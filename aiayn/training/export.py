@@ -165,8 +165,8 @@ def _lineage_with_interpolation(lineage: Any, a_dir: Path, a_life: Lifetime | No
                                    f"{weight:g} x this run's (aiayn interpolate, WiSE-FT)")
 
 
-def interpolation_search_cli(a: str, b: str, out: str, weights: list[float], data: str, direction: str | None,
-                             device: str = "cpu") -> dict[str, Any]:
+def choose_interpolation(a: str, b: str, out: str, weights: list[float], data: str, direction: str | None,
+                         device: str = "cpu") -> dict[str, Any]:
     """Write ``(1 - w) A + w B`` for each of ``weights``, score each by chrF (beam 4, alpha 0.6) on ``data/valid.tsv``
     (:func:`aiayn.training.continuous.interpolation_search`, the choice ``aiayn train-on --interpolate`` makes), and
     keep the best as ``out`` (ties: the weight nearer 0.5), with ``interpolation_search.json`` beside its weights:
@@ -214,7 +214,7 @@ def interpolation_search_cli(a: str, b: str, out: str, weights: list[float], dat
 
 def interpolate_cli_main(argv: list[str]) -> int:
     """``aiayn interpolate A B OUT --weight W``: :func:`interpolate`; ``--weight W1,W2,... --data DIR``: the search
-    of :func:`interpolation_search_cli`. Returns the exit code: 0, or 2 (one line on stderr) for a bad weight, a
+    of :func:`choose_interpolation`. Returns the exit code: 0, or 2 (one line on stderr) for a bad weight, a
     missing or damaged checkpoint, two checkpoints of different models, a search without ``--data`` or a failed
     evaluation."""
     ap = argparse.ArgumentParser(prog="aiayn interpolate", description="Weight interpolation (1 - W) A + W B of two "
@@ -240,7 +240,7 @@ def interpolate_cli_main(argv: list[str]) -> int:
             return 0
         if not args.data:
             raise ValueError(f"{len(weights)} weights need --data DIR: its valid split chooses among them")
-        found = interpolation_search_cli(args.a, args.b, args.out, weights, args.data, args.direction, args.device)
+        found = choose_interpolation(args.a, args.b, args.out, weights, args.data, args.direction, args.device)
     except (FileNotFoundError, ValueError) as exc:
         print(f"aiayn interpolate: {exc}", file=sys.stderr)
         return 2
