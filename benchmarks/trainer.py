@@ -25,7 +25,9 @@ Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``t
   :mod:`benchmarks.flops`, over the card's bf16 peak).
 * CPU, ``training loop, processes over threads``: the default loop on all cores as one process with that many
   threads against that many one-thread processes under ``torchrun`` (DistributedDataParallel over gloo), the same
-  optimizer steps on the same micro-batches (:func:`measure_processes`).
+  optimizer steps on the same micro-batches (:func:`measure_processes`); in the same rounds the old loop on all
+  cores, for ``training command speed-up`` (the processes, as ``aiayn train-on --processes`` trains, over the old
+  loop) and the command's share of the bf16 matmul peak.
 """
 from __future__ import annotations
 
@@ -374,51 +376,127 @@ def _loop_in_worker(spec: dict[str, Any], timeout: float, allocator: str = "glib
         return None, f"worker printed no JSON result: {proc.stdout[-200:]!r}"
 
 
-def measure_processes(spec: dict[str, Any], rounds: int, cores: int, log=lambda m: None) -> dict[str, Any]:
-    """The default loop on ``cores`` cores two ways, in worker processes on the allocator ``train-on`` gives its
-    children, alternated ``rounds`` times: one process with ``cores`` threads and ``cores`` micro-batches per step,
-    against ``cores`` processes of one thread each under ``torchrun`` (DistributedDataParallel over gloo, one
-    micro-batch each per step). Both train the same optimizer steps on the same micro-batches
+#: the three ways :func:`measure_processes` trains the same steps on ``cores`` cores: the old loop as it ran before
+#: the speed work (one process, every core, glibc's malloc), the default loop as one process of ``cores`` threads,
+#: and the default loop as ``train-on --processes`` runs it (one-thread processes), both on train-on's allocator
+WAYS = ("old", "threads", "processes")
+
+
+def measure_processes(spec: dict[str, Any], rounds: int, cores: int, log=lambda m: None, per_process: int = 1) -> dict[str, Any]:
+    """The same optimizer steps on ``cores`` cores three ways (:data:`WAYS`), each in worker processes, alternated
+    ``rounds`` times (old-threads-processes, then the reverse, ...): the old loop (:data:`OLD_CPU_LOOP`, glibc's
+    malloc) and the default loop (on the allocator ``train-on`` gives its children), each as one process with
+    ``cores`` threads and ``cores`` micro-batches per step, and the default loop as ``cores`` processes of one
+    thread each under ``torchrun`` (DistributedDataParallel over gloo, one micro-batch each per step), which is how
+    ``aiayn train-on --processes`` trains. All train the same optimizer steps on the same micro-batches
     (:func:`aiayn.training.pipeline.step_groups`: W ranks with accumulation a = one process with a x W), so
-    ``speedup`` (mean tok/s of the processes over the threads) is the gain of processes over threads alone.
+    ``speedup`` (mean tok/s of the processes over the threads) is the gain of processes over threads alone and
+    ``command_speedup`` (the processes over the old loop) the gain of the whole training command over the loop
+    before the speed work. ``per_process``: micro-batches each process trains per step (the processes' accumulation;
+    the one-process ways accumulate ``cores`` times as many): 1 is the group's spec, 3 the CPU recipe's
+    (``accumulation=6`` over two processes).
 
     Raises:
-        RuntimeError: a worker failed (its reason).
+        RuntimeError: a worker failed (its reason), or the ways trained different target tokens.
     """
-    res: dict[str, list] = {"threads": [], "processes": []}
+    res: dict[str, list] = {name: [] for name in WAYS}
     for r in range(rounds):
-        for name in (("threads", "processes") if r % 2 == 0 else ("processes", "threads")):
-            log(f"[trainer] cpu loop, {cores} {name}, round {r + 1} of {rounds} (worker)")
+        for name in (WAYS if r % 2 == 0 else WAYS[::-1]):
+            log(f"[trainer] cpu loop, {cores} {'processes' if name == 'processes' else 'threads'}"
+                f"{', old loop' if name == 'old' else ''}, round {r + 1} of {rounds} (worker)")
             run = dict(spec, run_dir=f"{spec['run_dir']}-{name}{r}")
-            if name == "threads":
-                run.update(threads=cores, accumulation=cores)
-                out, why = _loop_in_worker(run, 900, "auto")
-            else:
-                run.update(threads=1, accumulation=1)
+            if name == "processes":
+                run.update(threads=1, accumulation=per_process)
                 out, why = _loop_in_worker(run, 900, "auto", processes=cores)
+            else:
+                run.update(threads=cores, accumulation=cores * per_process)
+                if name == "old":
+                    run["recipe"] = OLD_CPU_LOOP
+                out, why = _loop_in_worker(run, 900, "glibc" if name == "old" else "auto")
             if out is None:
                 raise RuntimeError(f"{name}: {why}")
             res[name].append(out)
-    trained = {x["train_tokens"] for v in res.values() for x in v}
-    if len(trained) != 1 or None in trained:  # the ratio means something only if both trained the same steps
-        raise RuntimeError(f"the two ways trained different target tokens: {sorted(map(str, trained))}")
-    mean = {k: float(np.mean([x["tokens_per_s"] for x in v])) for k, v in res.items()}
-    return dict(res, threads_tokens_per_s=mean["threads"], processes_tokens_per_s=mean["processes"],
-                speedup=mean["processes"] / mean["threads"], rounds=rounds, cores=cores)
+    return dict(summarise_ways(res, rounds, cores), per_process=per_process)
 
 
-def _processes_rows(res: dict[str, Any] | None, why: str = "") -> list:
+def summarise_ways(res: dict[str, list], rounds: int, cores: int) -> dict[str, Any]:
+    """``res`` (each of :data:`WAYS` -> its runs' :func:`measure_loop` results) with the mean tok/s of each way
+    (``<way>_tokens_per_s``), ``speedup`` (processes over threads) and ``command_speedup`` (processes over old).
+
+    Raises:
+        RuntimeError: a way is missing or has no run, or the runs did not all train the same target tokens (a
+            run's ``train_tokens``): the ratios compare speeds only on the same steps.
+    """
+    if any(not res.get(name) for name in WAYS):
+        raise RuntimeError(f"every way needs a run: {', '.join(WAYS)}")
+    trained = {x["train_tokens"] for name in WAYS for x in res[name]}
+    if len(trained) != 1 or None in trained:
+        raise RuntimeError(f"the ways trained different target tokens: {sorted(map(str, trained))}")
+    mean = {name: float(np.mean([x["tokens_per_s"] for x in res[name]])) for name in WAYS}
+    return dict(res, old_tokens_per_s=mean["old"], threads_tokens_per_s=mean["threads"],
+                processes_tokens_per_s=mean["processes"], speedup=mean["processes"] / mean["threads"],
+                command_speedup=mean["processes"] / mean["old"], rounds=rounds, cores=cores)
+
+
+def _processes_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, Any] | None = None) -> list:
+    """Rows of :func:`measure_processes`: processes over threads, the training command over the old loop and the
+    command's FLOP/s as a share of the bf16 matmul peak. ``speed`` (:func:`measure_speedup` of the same run, or
+    None when it failed) gives that peak and the FLOPs per target token; without it the share is n/a."""
     from .report import Row, na
 
     name = "training loop, processes over threads"
+    cmd, share = "training command speed-up (train-on's processes)", "training command, share of the bf16 matmul peak"
     if res is None:
-        return [na("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, "x", why)]
+        return [na("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, "x", why),
+                na("trainer.cpu.command_speedup", "trainer", "cpu", cmd, "x", why),
+                na("trainer.cpu.command_peak_share", "trainer", "cpu", share, "fraction", why)]
     per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
     n = res["cores"]
-    return [Row("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, res["speedup"], "x",
+    rows = [Row("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, res["speedup"], "x",
                 f"{n} processes x 1 thread (torchrun, DDP over gloo) over 1 process x {n} threads, the same steps "
                 f"({n} micro-batches each), {res['rounds']} round(s) alternated; tok/s threads {per('threads')}, "
-                f"processes {per('processes')}", {"threads": res["threads"], "processes": res["processes"]})]
+                f"processes {per('processes')}", {"threads": res["threads"], "processes": res["processes"]}),
+            Row("trainer.cpu.command_speedup", "trainer", "cpu", cmd, res["command_speedup"], "x",
+                f"the default loop as `aiayn train-on --processes {n}` trains ({n} processes x 1 thread, its allocator) "
+                f"over the old fp32 loop (1 process x {n} threads, glibc), the same steps, alternated with the row "
+                f"above; tok/s old {per('old')}, processes {per('processes')} (goal >= 3)", {"old": res["old"]})]
+    if speed is None:
+        return rows + [na("trainer.cpu.command_peak_share", "trainer", "cpu", share, "fraction",
+                          "no bf16 peak: the in-process loop comparison failed")]
+    gflops = res["processes_tokens_per_s"] * speed["flops_per_target_token"] / 1e9
+    return rows + [Row("trainer.cpu.command_peak_share", "trainer", "cpu", share, gflops / speed["peak_gflops"], "fraction",
+                       f"{gflops:,.0f} GFLOP/s over the best bf16 matmul of the same run ({speed['peak_gflops']:,.0f}; "
+                       f"goal 0.5); over the float32 peak: {gflops / speed['fp32_peak_gflops']:.0%}")]
+
+
+#: the CPU recipe's steps (docs/training.md, "Training that goes on": accumulation 6 of 4,096-token micro-batches
+#: over two processes) for the training command's second measurement: micro-batches per process, tokens each
+RECIPE_STEPS = {"per_process": 3, "max_tokens": 4096}
+
+
+def _recipe_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, Any] | None = None) -> list:
+    """The training command over the old loop at the CPU recipe's steps (:data:`RECIPE_STEPS`), and its share of
+    the bf16 matmul peak (``speed`` as in :func:`_processes_rows`; the FLOPs per target token of the group's
+    spec, whose shapes differ only in batch rows)."""
+    from .report import Row, na
+
+    name = "training command speed-up, the CPU recipe's steps"
+    share = "training command at the recipe's steps, share of the bf16 matmul peak"
+    if res is None:
+        return [na("trainer.cpu.command_speedup_recipe", "trainer", "cpu", name, "x", why),
+                na("trainer.cpu.command_peak_share_recipe", "trainer", "cpu", share, "fraction", why)]
+    per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
+    n, k = res["cores"], res["per_process"]
+    rows = [Row("trainer.cpu.command_speedup_recipe", "trainer", "cpu", name, res["command_speedup"], "x",
+                f"as the row above, {k} x {res['processes'][0]['max_tokens']:,}-token micro-batches per process per step "
+                f"({n * k} per step); tok/s old {per('old')}, 1 process x {n} threads {per('threads')}, "
+                f"processes {per('processes')} (goal >= 3)", {w: res[w] for w in WAYS})]
+    if speed is None:
+        return rows + [na("trainer.cpu.command_peak_share_recipe", "trainer", "cpu", share, "fraction",
+                          "no bf16 peak: the in-process loop comparison failed")]
+    gflops = res["processes_tokens_per_s"] * speed["flops_per_target_token"] / 1e9
+    return rows + [Row("trainer.cpu.command_peak_share_recipe", "trainer", "cpu", share, gflops / speed["peak_gflops"],
+                       "fraction", f"{gflops:,.0f} GFLOP/s over {speed['peak_gflops']:,.0f} (goal 0.5)")]
 
 
 def _loop_row(device: str, key: str, name: str, res: dict[str, Any] | None, why: str = "") -> list:
@@ -479,8 +557,10 @@ def run(ctx) -> list:
                             preset="tiny" if q else "base",
                             overrides={} if q else dict(d_model=256, n_heads=8, d_ff=1024, n_layers=3),
                             max_tokens=1024 if q else 2048, steps=8 if q else 10, log_every=2 if q else 2, compile=False)
+                speed = None
                 try:
-                    rows += _speedup_rows(measure_speedup(spec, 1 if q else 2, log=ctx.log))
+                    speed = measure_speedup(spec, 1 if q else 2, log=ctx.log)
+                    rows += _speedup_rows(speed)
                 except Exception as exc:  # a failure must not lose the other rows
                     rows.append(na("trainer.cpu.loop", "trainer", "cpu", "training loop", "tok/s", f"{type(exc).__name__}: {exc}"))
                 from aiayn.training.allocator import find_tcmalloc
@@ -494,12 +574,20 @@ def run(ctx) -> list:
                         rows += _allocator_row(None, f"{type(exc).__name__}: {exc}")
                 cores = max(1, int(threads or os.cpu_count() or 1))
                 if cores < 2:
-                    rows += _processes_rows(None, "one core: nothing to split between processes or threads")
+                    one = "one core: nothing to split between processes or threads"
+                    rows += _processes_rows(None, one) + _recipe_rows(None, one)
                 else:
                     try:
-                        rows += _processes_rows(measure_processes(spec, 1 if q else 2, cores, log=ctx.log))
+                        rows += _processes_rows(measure_processes(spec, 1 if q else 2, cores, log=ctx.log), speed=speed)
                     except Exception as exc:
                         rows += _processes_rows(None, f"{type(exc).__name__}: {exc}")
+                    recipe = dict(spec, run_dir=str(root / "run-cpu-recipe"), steps=4 if q else 8,
+                                  max_tokens=1024 if q else RECIPE_STEPS["max_tokens"])
+                    try:
+                        rows += _recipe_rows(measure_processes(recipe, 1 if q else 2, cores, log=ctx.log,
+                                                               per_process=RECIPE_STEPS["per_process"]), speed=speed)
+                    except Exception as exc:
+                        rows += _recipe_rows(None, f"{type(exc).__name__}: {exc}")
             else:
                 ctx.log("[trainer] cuda training loop, d_model 256, N 6")
                 spec = dict(data_dir=str(data_dir), run_dir=str(root / "run-cuda"), device="cuda", threads=threads,

@@ -277,3 +277,31 @@ def test_classroom_check_compares_with_the_lone_translation():
     spec = json.dumps({"data": [{"type": "heatmap", "z": m.tolist()}, {"type": "scatter", "y": [1]}]})
     (z,) = _heatmaps(spec)
     assert np.array_equal(z, m)
+
+
+def test_the_training_command_rows_compare_the_three_ways_on_the_same_steps():
+    """benchmarks/trainer.py: the old loop, the default loop as threads and as train-on's processes; the command's
+    speed-up is processes over old, its share of the bf16 peak uses the in-process run's peak and FLOPs per token."""
+    from benchmarks.trainer import _processes_rows, _recipe_rows, summarise_ways
+
+    run = lambda tok_s, trained=4096: {"tokens_per_s": tok_s, "train_tokens": trained, "max_tokens": 4096}  # noqa: E731
+    res = summarise_ways({"old": [run(1000.0), run(1200.0)], "threads": [run(2000.0), run(2400.0)],
+                          "processes": [run(3000.0), run(3600.0)]}, rounds=2, cores=2)
+    assert res["old_tokens_per_s"] == 1100.0 and res["processes_tokens_per_s"] == 3300.0
+    assert res["speedup"] == 3300.0 / 2200.0 and res["command_speedup"] == 3.0
+    speed = {"flops_per_target_token": 50e6, "peak_gflops": 330.0, "fp32_peak_gflops": 165.0}
+    rows = {r.id: r for r in _processes_rows(res, speed=speed)}
+    assert rows["trainer.cpu.command_speedup"].value == 3.0
+    assert abs(rows["trainer.cpu.command_peak_share"].value - 3300.0 * 50e6 / 1e9 / 330.0) < 1e-12  # 0.5
+    assert "1,000, 1,200" in rows["trainer.cpu.command_speedup"].note
+    recipe = {r.id: r for r in _recipe_rows(dict(res, per_process=3), speed=speed)}
+    assert recipe["trainer.cpu.command_speedup_recipe"].value == 3.0
+    assert "3 x 4,096-token micro-batches per process" in recipe["trainer.cpu.command_speedup_recipe"].note
+    assert recipe["trainer.cpu.command_peak_share_recipe"].value == rows["trainer.cpu.command_peak_share"].value
+    no_peak = {r.id: r for r in _processes_rows(res, speed=None)}
+    assert no_peak["trainer.cpu.command_speedup"].value == 3.0
+    assert no_peak["trainer.cpu.command_peak_share"].value is None
+    with pytest.raises(RuntimeError, match="different target tokens"):
+        summarise_ways({"old": [run(1.0, 4096)], "threads": [run(1.0, 4096)], "processes": [run(1.0, 4000)]}, 1, 2)
+    with pytest.raises(RuntimeError, match="every way"):
+        summarise_ways({"old": [run(1.0)], "threads": [run(1.0)], "processes": []}, 1, 2)
