@@ -233,7 +233,9 @@ class Translator:
         ``(1, S_i, D)``, ``weights`` ``(L, 1, H, S_i, S_i)``, on the model's device; for a later
         :meth:`translate_batch` (``encoded``). A server encodes the sentences of a class as they arrive, while the
         others are still on their way (:class:`aiayn.serving.DecodeQueue`). One text gives bit for bit what a lone
-        :meth:`translate` computes in its encoder; several agree with it to float32 rounding, as any padded batch.
+        :meth:`translate` computes in its encoder (the same ops on the same shapes; on CPUs where MKL picks its code
+        path by memory alignment only with ``MKL_CBWR=AUTO,STRICT``, which the tests set, else to the last bit of
+        float32); several agree with it to float32 rounding, as any padded batch.
 
         Raises:
             ValueError: as :meth:`encode_source` (an empty or non-string text; names its index).

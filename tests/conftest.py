@@ -7,9 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
-from tiny_models import make_tiny_checkpoint  # tests/ is on sys.path
+# Bit-for-bit tests (a sentence encoded ahead equals its lone encoding, a resumed run equals an uninterrupted one)
+# compare the same ops on the same shapes. By default MKL may pick its code path by the memory alignment of the
+# operands, so on some CPUs (an AMD EPYC Zen 4 VM, session 33) two float32 matmuls of equal inputs differ in the
+# last bit from one call to the next; conditional numerical reproducibility (set before MKL's first call) rules that
+# out. Servers and the browser tests' apps inherit it.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+import torch  # noqa: E402
+
+from tiny_models import make_tiny_checkpoint  # noqa: E402  (tests/ is on sys.path)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
