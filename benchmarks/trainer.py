@@ -448,23 +448,35 @@ def _processes_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, 
     cmd, share = "training command speed-up (train-on's processes)", "training command, share of the bf16 matmul peak"
     if res is None:
         return [na("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, "x", why),
-                na("trainer.cpu.command_speedup", "trainer", "cpu", cmd, "x", why),
-                na("trainer.cpu.command_peak_share", "trainer", "cpu", share, "fraction", why)]
+                *_command_rows(None, None, "", cmd, share, why)]
     per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
     n = res["cores"]
-    rows = [Row("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, res["speedup"], "x",
+    return [Row("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, res["speedup"], "x",
                 f"{n} processes x 1 thread (torchrun, DDP over gloo) over 1 process x {n} threads, the same steps "
                 f"({n} micro-batches each), {res['rounds']} round(s) alternated; tok/s threads {per('threads')}, "
                 f"processes {per('processes')}", {"threads": res["threads"], "processes": res["processes"]}),
-            Row("trainer.cpu.command_speedup", "trainer", "cpu", cmd, res["command_speedup"], "x",
-                f"the default loop as `aiayn train-on --processes {n}` trains ({n} processes x 1 thread, its allocator) "
-                f"over the old fp32 loop (1 process x {n} threads, glibc), the same steps, alternated with the row "
-                f"above; tok/s old {per('old')}, processes {per('processes')} (goal >= 3)", {"old": res["old"]})]
+            *_command_rows(res, speed, "", cmd, share,
+                           f"the default loop as `aiayn train-on --processes {n}` trains ({n} processes x 1 thread, its "
+                           f"allocator) over the old fp32 loop (1 process x {n} threads, glibc), the same steps, alternated "
+                           f"with the row above; tok/s old {per('old')}, processes {per('processes')} (goal >= 3)")]
+
+
+def _command_rows(res: dict[str, Any] | None, speed: dict[str, Any] | None, suffix: str, name: str, share: str,
+                  note: str) -> list:
+    """The two rows of one training-command measurement (:func:`measure_processes`): ``trainer.cpu.command_speedup
+    <suffix>`` (processes over the old loop) and ``trainer.cpu.command_peak_share<suffix>`` (the processes' FLOP/s
+    over the bf16 matmul peak of ``speed``, :func:`measure_speedup` of the same run, with its FLOPs per target
+    token). ``res`` None: both n/a with ``note`` as the reason; ``speed`` None: the share n/a."""
+    from .report import Row, na
+
+    sid, shid = f"trainer.cpu.command_speedup{suffix}", f"trainer.cpu.command_peak_share{suffix}"
+    if res is None:
+        return [na(sid, "trainer", "cpu", name, "x", note), na(shid, "trainer", "cpu", share, "fraction", note)]
+    rows = [Row(sid, "trainer", "cpu", name, res["command_speedup"], "x", note, {w: res[w] for w in WAYS})]
     if speed is None:
-        return rows + [na("trainer.cpu.command_peak_share", "trainer", "cpu", share, "fraction",
-                          "no bf16 peak: the in-process loop comparison failed")]
+        return rows + [na(shid, "trainer", "cpu", share, "fraction", "no bf16 peak: the in-process loop comparison failed")]
     gflops = res["processes_tokens_per_s"] * speed["flops_per_target_token"] / 1e9
-    return rows + [Row("trainer.cpu.command_peak_share", "trainer", "cpu", share, gflops / speed["peak_gflops"], "fraction",
+    return rows + [Row(shid, "trainer", "cpu", share, gflops / speed["peak_gflops"], "fraction",
                        f"{gflops:,.0f} GFLOP/s over the best bf16 matmul of the same run ({speed['peak_gflops']:,.0f}; "
                        f"goal 0.5); over the float32 peak: {gflops / speed['fp32_peak_gflops']:.0%}")]
 
@@ -478,25 +490,16 @@ def _recipe_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, Any
     """The training command over the old loop at the CPU recipe's steps (:data:`RECIPE_STEPS`), and its share of
     the bf16 matmul peak (``speed`` as in :func:`_processes_rows`; the FLOPs per target token of the group's
     spec, whose shapes differ only in batch rows)."""
-    from .report import Row, na
-
     name = "training command speed-up, the CPU recipe's steps"
     share = "training command at the recipe's steps, share of the bf16 matmul peak"
     if res is None:
-        return [na("trainer.cpu.command_speedup_recipe", "trainer", "cpu", name, "x", why),
-                na("trainer.cpu.command_peak_share_recipe", "trainer", "cpu", share, "fraction", why)]
+        return _command_rows(None, None, "_recipe", name, share, why)
     per = lambda key: ", ".join(f"{x['tokens_per_s']:,.0f}" for x in res[key])  # noqa: E731
     n, k = res["cores"], res["per_process"]
-    rows = [Row("trainer.cpu.command_speedup_recipe", "trainer", "cpu", name, res["command_speedup"], "x",
-                f"as the row above, {k} x {res['processes'][0]['max_tokens']:,}-token micro-batches per process per step "
-                f"({n * k} per step); tok/s old {per('old')}, 1 process x {n} threads {per('threads')}, "
-                f"processes {per('processes')} (goal >= 3)", {w: res[w] for w in WAYS})]
-    if speed is None:
-        return rows + [na("trainer.cpu.command_peak_share_recipe", "trainer", "cpu", share, "fraction",
-                          "no bf16 peak: the in-process loop comparison failed")]
-    gflops = res["processes_tokens_per_s"] * speed["flops_per_target_token"] / 1e9
-    return rows + [Row("trainer.cpu.command_peak_share_recipe", "trainer", "cpu", share, gflops / speed["peak_gflops"],
-                       "fraction", f"{gflops:,.0f} GFLOP/s over {speed['peak_gflops']:,.0f} (goal 0.5)")]
+    return _command_rows(res, speed, "_recipe", name, share,
+                         f"as the row above, {k} x {res['processes'][0]['max_tokens']:,}-token micro-batches per process "
+                         f"per step ({n * k} per step); tok/s old {per('old')}, 1 process x {n} threads {per('threads')}, "
+                         f"processes {per('processes')} (goal >= 3)")
 
 
 def _loop_row(device: str, key: str, name: str, res: dict[str, Any] | None, why: str = "") -> list:
