@@ -103,7 +103,7 @@ TARGETS: tuple[Target, ...] = (
     Target("ablation_one_head", "ablation of one head on one sentence (beam 4, maps, shipped model, CPU) <= 1 s", "ablation.cpu.one_head", "<=", 1000.0, "ms"),
     Target("trainer_loop_cpu", "issue 21: the default training loop >= 3x the old fp32 loop, same data, same run (CPU, one process)", "trainer.cpu.loop_speedup", ">=", 3.0, "x"),
     Target("trainer_loop_peak_cpu", "issue 21: the default loop's FLOP/s >= 50% of the CPU's bf16 matmul peak (one process)", "trainer.cpu.loop_peak_share", ">=", 0.5, "fraction"),
-    Target("trainer_command_cpu", "issue 21: the loop as `train-on --processes` runs it >= 3x the old fp32 loop (CPU, all cores)", "trainer.cpu.command_speedup", ">=", 3.0, "x"),
+    Target("trainer_command_cpu", "issue 21: the loop as `aiayn train --processes` runs it >= 3x the old fp32 loop (CPU, all cores)", "trainer.cpu.command_speedup", ">=", 3.0, "x"),
     Target("trainer_command_peak_cpu", "issue 21: that loop's FLOP/s >= 50% of the CPU's bf16 matmul peak (all cores)", "trainer.cpu.command_peak_share", ">=", 0.5, "fraction"),
     Target("trainer_command_recipe_cpu", "issue 21: the same at the CPU recipe's steps (3 x 4,096 tokens per process) >= 3x the old loop", "trainer.cpu.command_speedup_recipe", ">=", 3.0, "x"),
     Target("trainer_pipeline_cpu", "training input pipeline alone (batching + collation), CPU: >= 2,000,000 target tok/s", "trainer.cpu.pipeline", ">=", 2_000_000.0, "tok/s"),

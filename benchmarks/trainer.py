@@ -26,8 +26,8 @@ Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``t
 * CPU, ``training loop, processes over threads``: the default loop on all cores as one process with that many
   threads against that many one-thread processes under ``torchrun`` (DistributedDataParallel over gloo), the same
   optimizer steps on the same micro-batches (:func:`measure_processes`); in the same rounds the old loop on all
-  cores, for ``training command speed-up`` (the processes, as ``aiayn train-on --processes`` trains, over the old
-  loop) and the command's share of the bf16 matmul peak.
+  cores, for ``training command speed-up`` (the processes, as ``aiayn train --processes`` and ``train-on
+  --processes`` train, over the old loop) and the command's share of the bf16 matmul peak.
 """
 from __future__ import annotations
 
@@ -388,7 +388,7 @@ def measure_processes(spec: dict[str, Any], rounds: int, cores: int, log=lambda 
     malloc) and the default loop (on the allocator ``train-on`` gives its children), each as one process with
     ``cores`` threads and ``cores`` micro-batches per step, and the default loop as ``cores`` processes of one
     thread each under ``torchrun`` (DistributedDataParallel over gloo, one micro-batch each per step), which is how
-    ``aiayn train-on --processes`` trains. All train the same optimizer steps on the same micro-batches
+    ``aiayn train --processes`` and ``aiayn train-on --processes`` train. All train the same optimizer steps on the same micro-batches
     (:func:`aiayn.training.pipeline.step_groups`: W ranks with accumulation a = one process with a x W), so
     ``speedup`` (mean tok/s of the processes over the threads) is the gain of processes over threads alone and
     ``command_speedup`` (the processes over the old loop) the gain of the whole training command over the loop
@@ -456,7 +456,7 @@ def _processes_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, 
                 f"({n} micro-batches each), {res['rounds']} round(s) alternated; tok/s threads {per('threads')}, "
                 f"processes {per('processes')}", {"threads": res["threads"], "processes": res["processes"]}),
             *_command_rows(res, speed, "", cmd, share,
-                           f"the default loop as `aiayn train-on --processes {n}` trains ({n} processes x 1 thread, its "
+                           f"the default loop as `aiayn train --processes {n}` (and train-on) trains ({n} processes x 1 thread, its "
                            f"allocator) over the old fp32 loop (1 process x {n} threads, glibc), the same steps, alternated "
                            f"with the row above; tok/s old {per('old')}, processes {per('processes')} (goal >= 3)")]
 

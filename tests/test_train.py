@@ -553,7 +553,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "processes"])
+def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path, launcher):
+    """Two ranks with accumulation 1 train the steps of one process with accumulation 2, started by torchrun or by
+    ``aiayn train --processes 2`` itself (which shares --threads 2 among them)."""
     steps = 4
     single = tmp_path / "single"
     ddp = tmp_path / "ddp"
@@ -564,16 +567,21 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path):
 
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+    launch = (["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(_free_port())] if launcher == "torchrun" else [])
+    cmd = [sys.executable, *launch,
            "-m", "aiayn", "train", "--data", str(tiny_data), "--run-dir", str(ddp), "--direction", "en-de",
            "--preset", "tiny", "--set", "dropout=0.0", "--max-tokens", "256", "--accumulation", "1",
            "--warmup-steps", "4", "--max-steps", str(steps), "--valid-every", "10", "--valid-bleu-sentences", "0",
-           "--save-every", str(steps), "--keep", "5", "--threads", "1", "--seed", "7", "--no-amp-cpu",
+           "--save-every", str(steps), "--keep", "5", "--seed", "7", "--no-amp-cpu",
            "--token-cache", str(tmp_path / "token_cache")]
+    cmd += ["--threads", "1"] if launcher == "torchrun" else ["--threads", "2", "--processes", "2"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "world 2" in proc.stdout + proc.stderr
+    if launcher == "processes":
+        assert "2 processes of 1 thread(s) each" in proc.stdout
+        assert json.loads((ddp / "train_config.json").read_text())["threads"] == 1
     a, b = list_states(single)[-1], list_states(ddp)[-1]
     assert a.name == b.name == f"step_{steps:08d}"
     sa, sb = (json.loads((p / "trainer_state.json").read_text()) for p in (a, b))
@@ -932,6 +940,39 @@ def test_cli_resume_continues_the_run_recipe_and_a_fresh_start_is_refused(tiny_d
         cli_main(["--run", str(run), "--resume", "--direction", "de-en"])
     assert "cannot be resumed with direction" in capsys.readouterr().err
     assert _snapshot(run) == before
+
+
+def test_cli_processes_starts_the_ranks_itself_and_refuses_counts_it_cannot_start(tmp_path, monkeypatch, capsys):
+    """``aiayn train --processes N`` runs the same command as N ranks (each with its share of --threads, tcmalloc
+    where installed); a count below 1, or one that disagrees with a launcher's WORLD_SIZE, is refused before
+    anything starts."""
+    import aiayn.training.continuous as continuous
+    from aiayn.training.cli import cli_main
+
+    started: list = []
+
+    def fake_child(cmd, timeout_s, env=None, processes=1, who=""):
+        started.append((cmd, timeout_s, env, processes, who))
+        return 5
+
+    monkeypatch.setattr(continuous, "_run_child", fake_child)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    base = ["--data", str(tmp_path / "data"), "--run", str(tmp_path / "run"), "--max-steps", "3"]
+    assert cli_main(base + ["--processes", "2", "--threads", "4"]) == 5  # the ranks' exit code
+    [(cmd, timeout_s, env, processes, who)] = started
+    assert processes == 2 and who == "aiayn train" and timeout_s == float("inf")
+    assert cmd[1:4] == ["-m", "aiayn", "train"] and cmd[-2:] == ["--threads", "2"]
+    assert cmd[4:-2] == base + ["--processes", "2", "--threads", "4"]  # the ranks see WORLD_SIZE and do not relaunch
+    assert "2 processes of 2 thread(s) each" in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+    for argv, env_world, message in ((["--processes", "0"], None, "--processes must be at least 1"),
+                                     (["--processes", "3"], "2", "a launcher that started 2 processes")):
+        if env_world:
+            monkeypatch.setenv("WORLD_SIZE", env_world)
+        with pytest.raises(SystemExit):
+            cli_main(base + argv)
+        assert message in capsys.readouterr().err
+    assert len(started) == 1 and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("content", ['{"max_steps": 5', "[1, 2]"])

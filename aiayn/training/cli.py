@@ -1,12 +1,14 @@
 """The ``aiayn train`` command line: flags over the run's stored configuration (``--resume``) over
 :class:`~aiayn.training.recipe.TrainConfig`'s defaults (the paper's recipe, Section 5), ``--set key=value``
 model overrides, then :func:`~aiayn.training.loop.train` and an optional export of the averaged last states
-(Section 6.1). Under ``torchrun`` every process runs it; only rank 0 exports.
+(Section 6.1). Under ``torchrun`` every process runs it; only rank 0 exports. ``--processes N`` starts the N ranks
+of one DistributedDataParallel run on this machine itself, as ``torchrun --standalone`` would (:func:`launch_ranks`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -122,6 +124,60 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
     return TrainConfig(**base)
 
 
+def launch_ranks(argv: list[str], processes: int, threads: int | None) -> int:
+    """Run ``aiayn train argv`` as ``processes`` ranks of one DistributedDataParallel run on this machine (gloo on
+    the CPU, one CUDA device each), as ``torchrun --standalone --nproc_per_node=N -m aiayn train`` would: each rank
+    with the ``torch.distributed`` environment of :func:`~aiayn.training.continuous.rank_envs`, tcmalloc preloaded
+    where installed (:mod:`aiayn.training.allocator`) and ``threads`` (all cores when 0 or None) shared among the
+    ranks. A step is then ``--accumulation`` micro-batches on each rank, or with the default accumulation 0 the same
+    ``--tokens-per-step`` as one process, so the run trains the steps of one process with N times the accumulation
+    (:func:`aiayn.training.pipeline.step_batches`). On a 2-core CPU two one-thread ranks train about 3x the target
+    tokens a second of the loop before the speed work (docs/benchmarks.md, "Trainer on a Zen 4 VM"). A rank that
+    fails stops the others; Ctrl-C stops all of them (their states are written atomically).
+
+    Returns:
+        the exit code: 0, the first failed rank's, or 130 when interrupted.
+
+    Raises:
+        ValueError: ``processes`` below 2, or more ranks than CUDA devices on a CUDA machine.
+    """
+    import torch
+
+    from .allocator import allocator_env, describe
+    from .continuous import EXIT_INTERRUPTED, _run_child
+
+    if processes < 2:
+        raise ValueError(f"launch_ranks needs at least 2 processes, got {processes}")
+    if torch.cuda.is_available() and processes > torch.cuda.device_count():
+        raise ValueError(f"--processes {processes}: this machine has {torch.cuda.device_count()} CUDA device(s), one per rank")
+    per_process = max(1, (threads or os.cpu_count() or 1) // processes)
+    env = allocator_env(os.environ, "auto")
+    print(f"aiayn train: {processes} processes of {per_process} thread(s) each, on {describe(env)}", flush=True)
+    cmd = [sys.executable, "-m", "aiayn", "train", *argv, "--threads", str(per_process)]
+    try:
+        return _run_child(cmd, float("inf"), env, processes=processes, who="aiayn train")
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _ranks_if_asked(ap: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int | None:
+    """With ``--processes N`` > 1 outside a launcher: start the N ranks (:func:`launch_ranks`) and return their exit
+    code; None when this process trains (one process, or a rank a launcher started). A count below 1, or one that
+    disagrees with the launcher's ``WORLD_SIZE``, exits through ``ap.error``."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if args.processes < 1:
+        ap.error(f"--processes must be at least 1, got {args.processes}")
+    if args.processes > 1 and world > 1 and world != args.processes:
+        ap.error(f"--processes {args.processes} under a launcher that started {world} processes (WORLD_SIZE): give one "
+                 "of them (torchrun's --nproc_per_node, or --processes alone)")
+    if args.processes == 1 or world > 1:
+        return None
+    try:
+        return launch_ranks(argv, args.processes, args.threads)
+    except ValueError as exc:
+        ap.error(str(exc))
+
+
 def cli_main(argv: list[str]) -> int:
     """``aiayn train --data DIR --run DIR [--direction en-de] [--preset base] [--set d_model=256 ...]``.
 
@@ -130,6 +186,7 @@ def cli_main(argv: list[str]) -> int:
     --nproc_per_node=N -m aiayn train --data DIR --run-dir DIR ...`` (``--run-dir``, not ``--run``, which
     torchrun's own parser rejects as ambiguous). Returns the exit code: 0, or 2 with a message on stderr when
     the run directory already holds a run (without ``--resume``) or the warm start cannot start it.
+    ``--processes N`` starts the N processes itself (:func:`launch_ranks`; ``--threads`` then counts all of them).
     """
     ap = argparse.ArgumentParser(prog="aiayn train", description="Train with the paper's recipe (Section 5). Use torchrun for several GPUs.")
     ap.add_argument("--data", default=None, help="prepared data directory (train/valid.tsv, spm.model); "
@@ -165,7 +222,16 @@ def cli_main(argv: list[str]) -> int:
                     "configuration; flags given change it and are recorded")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
     ap.add_argument("--export-average", type=int, default=5, help="average this many last states into --export")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="train as this many processes of one DistributedDataParallel run on this machine, started by "
+                         "this command (as torchrun --standalone would; --threads is then shared among them): on a "
+                         "2-core CPU, --processes 2 trains about 3x the loop before the speed work, 1.3x one process "
+                         "of two threads (docs/benchmarks.md); --accumulation then counts each process's micro-batches "
+                         "(default 1: one process)")
     args = ap.parse_args(argv)
+    launched = _ranks_if_asked(ap, args, argv)
+    if launched is not None:
+        return launched
     stored = None
     cfg_file = Path(args.run).expanduser() / "train_config.json"
     if args.resume and cfg_file.is_file():

@@ -798,13 +798,14 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, processes: int = 1) -> int:
+def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, processes: int = 1,
+               who: str = "aiayn train-on") -> int:
     """Run the training child (``processes`` copies of ``cmd``, ranks of one DistributedDataParallel run, each with
     its :func:`rank_envs` environment), each in a session of its own; at ``timeout_s`` (or on Ctrl-C / SIGTERM)
     every rank's process group gets SIGINT, then SIGKILL 30 s later (its states are written atomically). A rank that
     fails stops the others (they would wait for it at the next all-reduce). When this process is niced, so is each
-    rank's scheduling autogroup (:func:`yield_autogroup`). Returns the exit code (the first failed rank's; rank 0's
-    when stopped at the deadline, 130 when it had none).
+    rank's scheduling autogroup (:func:`yield_autogroup`). ``who`` names the command in its messages. Returns the
+    exit code (the first failed rank's; rank 0's when stopped at the deadline, 130 when it had none).
 
     Raises:
         KeyboardInterrupt: Ctrl-C or SIGTERM while it trained (the ranks are stopped first).
@@ -817,7 +818,7 @@ def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = No
             procs.append(subprocess.Popen(cmd, start_new_session=True, env=e))
             yield_autogroup(procs[-1].pid, os.nice(0))
     except (OSError, subprocess.SubprocessError) as exc:
-        print(f"aiayn train-on: training process {len(procs)} could not start ({exc}); stopping the others",
+        print(f"{who}: training process {len(procs)} could not start ({exc}); stopping the others",
               file=sys.stderr)
         _stop_group(procs)
         return next((p.returncode for p in procs if p.returncode not in (None, 0)), 1)
@@ -828,13 +829,13 @@ def _run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = No
             failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 if len(procs) > 1:
-                    print(f"aiayn train-on: training process {failed[0][0]} failed (exit {failed[0][1]}); stopping the "
+                    print(f"{who}: training process {failed[0][0]} failed (exit {failed[0][1]}); stopping the "
                           "others", file=sys.stderr)
                 code = failed[0][1]
             elif None not in codes:
                 return 0
             elif time.monotonic() > deadline:  # stopped from outside: its last saved state is what it trained
-                print("aiayn train-on: the training child passed the deadline; stopping it", file=sys.stderr)
+                print(f"{who}: the training child passed the deadline; stopping it", file=sys.stderr)
                 _stop_group(procs)
                 return procs[0].returncode if procs[0].returncode is not None else EXIT_INTERRUPTED
             else:
