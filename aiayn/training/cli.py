@@ -60,8 +60,8 @@ FLAG_HELP = {
     "max_minutes": "stop when the run's training wall time reaches this; counted over the whole run, across "
                    "resumes (a run resumed after 6.5 minutes with --max-minutes 2 stops after one step); 0 = no limit; ",
     "prefetch": "steps collated ahead by a loader thread (0: in the training thread); ",
-    "threads": "intra-op threads (0: on a CPU, all cores less the load already running, decided at the start and "
-               "stored with the run); ",
+    "threads": "intra-op threads (0: on a CPU, all cores less the load already running that niced background work "
+               "does not account for, decided at the start and stored with the run); ",
     "adam_impl": "Adam's implementation: fused (one kernel per parameter), foreach or loop (same update rule); ",
     "kind_weights": "data mix by the kind of each pair (train_kinds.txt of `aiayn data debian`): none (every pair "
                     "once), default (the datasheet's weights) or kind=weight,... e.g. ding=1,ui=1,documentation=1,"

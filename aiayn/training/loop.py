@@ -283,19 +283,26 @@ def check_world(state: dict[str, Any], stored_accumulation: int | None, accumula
         "to resume it exactly")
 
 
-def auto_threads(cores: int | None = None, load: float | None = None) -> int:
-    """Intra-op threads for a CPU run started now: all ``cores`` less the other work already running (the 1-minute
-    load average ``load``), at least 1: ``max(1, min(cores, round(cores - load + 1)))``. On 2 cores: 2 threads up to
-    a load of 1.5 (e.g. one niced background run), 1 above. Two OpenMP threads on a busy machine wait at every op's
-    barrier for a descheduled partner: one thread trained 3.6x faster than two at a load of 9-14
-    (docs/training.md)."""
+def auto_threads(cores: int | None = None, load: float | None = None, background: float | None = None) -> int:
+    """Intra-op threads for a CPU run started now: all ``cores`` less the other work already running that does not
+    yield to this run (the 1-minute load average ``load`` less ``background``, the cores' worth of work of niced
+    processes that give way to it), at least 1: ``max(1, min(cores, round(cores - max(0, load - background) + 1)))``.
+    On 2 cores: 2 threads up to a load of 1.5, 1 above. Two OpenMP threads on a busy machine wait at every op's
+    barrier for a descheduled partner: one thread trained 3.6x faster than two at a load of 9-14 (docs/training.md).
+    A nice-19 trainer is no such partner (:mod:`aiayn.training.cpuload`): beside one, two threads trained 1.5x one.
+    ``load`` None reads the load average and measures ``background`` (:func:`~aiayn.training.cpuload.background_cores`,
+    half a second) when that is None too; a given ``load`` counts whole unless ``background`` is given."""
     cores = cores or os.cpu_count() or 1
     if load is None:
         try:
             load = os.getloadavg()[0]
         except OSError:
             load = 0.0
-    return max(1, min(cores, round(cores - load + 1)))
+        if background is None:
+            from .cpuload import background_cores
+
+            background = background_cores()
+    return max(1, min(cores, round(cores - max(0.0, load - (background or 0.0)) + 1)))
 
 
 def _stored_config(tc: TrainConfig, resume: bool) -> dict[str, Any]:
