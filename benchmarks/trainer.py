@@ -258,14 +258,20 @@ OLD_CPU_LOOP = {"amp_cpu": False, "adam_impl": "loop", "pad_multiple": 8}
 def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> dict[str, Any]:
     """The old CPU loop (:data:`OLD_CPU_LOOP`) and the default loop, each :func:`measure_loop` on ``spec``, alternated
     in this process (old-new, then new-old, ...: a trend in the machine's load hits both), with this CPU's bf16
-    matmul peak (:func:`benchmarks.flops.measure_matmul_peak`) measured before every round and at the end.
+    matmul peak (:func:`benchmarks.flops.measure_matmul_peak`) measured before every round and at the end. The
+    default loop trains on the threads :func:`aiayn.training.loop.auto_threads` decides before the first round.
 
     Returns the per-round results, ``old`` / ``new`` (mean over rounds of each run's median tok/s), ``speedup``
     (new / old), ``peak_gflops`` (the best peak seen: the share below is then a lower bound),
     ``flops_per_target_token`` (padded shapes the default loop trained on), ``gflops`` and ``peak_share``.
     """
+    from aiayn.training.loop import auto_threads
+
     from .flops import measure_matmul_peak
 
+    # the default loop's own thread count (auto_threads), decided once before this benchmark loads the CPU: decided
+    # at each run, the load average would count the benchmark's previous runs (session 34: 1 thread beside them)
+    decided = auto_threads()
     torch.set_num_threads(max(1, int(spec.get("threads") or torch.get_num_threads())))
     res: dict[str, list] = {"old": [], "new": [], "peaks": [], "fp32_peaks": []}
     for r in range(rounds):
@@ -275,8 +281,8 @@ def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> di
         for name, recipe in order:
             log(f"[trainer] cpu loop {name}, round {r + 1} of {rounds}")
             run = dict(spec, run_dir=f"{spec['run_dir']}-{name}{r}", recipe=recipe, flops=name == "new" and r == 0)
-            if name == "new":  # the default loop decides its own threads (loop.auto_threads); the old one used all cores
-                run["threads"] = 0
+            if name == "new":  # the threads the default loop decides for itself; the old one used all cores
+                run["threads"] = decided
             res[name].append(measure_loop(run))
     res["peaks"].append(measure_matmul_peak())
     res["fp32_peaks"].append(measure_matmul_peak(torch.float32))

@@ -305,3 +305,26 @@ def test_the_training_command_rows_compare_the_three_ways_on_the_same_steps():
         summarise_ways({"old": [run(1.0, 4096)], "threads": [run(1.0, 4096)], "processes": [run(1.0, 4000)]}, 1, 2)
     with pytest.raises(RuntimeError, match="every way"):
         summarise_ways({"old": [run(1.0)], "threads": [run(1.0)], "processes": []}, 1, 2)
+
+
+def test_the_default_loop_is_timed_on_the_threads_it_decides_before_the_benchmark_loads_the_cpu(monkeypatch):
+    """benchmarks/trainer.py measure_speedup: the default loop gets the thread count auto_threads decides once, before
+    the first round (decided at each run, the load average would count the old loop's run just before), and the old
+    loop the benchmark's threads."""
+    import aiayn.training.loop as loop
+    import benchmarks.flops as flops
+    import benchmarks.trainer as trainer
+
+    decisions = iter([2, 1, 1, 1])
+    monkeypatch.setattr(loop, "auto_threads", lambda *a, **k: next(decisions))
+    monkeypatch.setattr(flops, "measure_matmul_peak", lambda *a, **k: {"gflops": 400.0})
+    seen = []
+
+    def fake_loop(run):
+        seen.append((run["run_dir"].rsplit("-", 1)[1], run["threads"]))
+        return {"tokens_per_s": 2000.0 if run["recipe"] == {} else 1000.0, "flops_per_target_token": 50e6}
+
+    monkeypatch.setattr(trainer, "measure_loop", fake_loop)
+    res = trainer.measure_speedup({"run_dir": "/tmp/x/run", "threads": 2}, rounds=2)
+    assert seen == [("old0", 2), ("new0", 2), ("new1", 2), ("old1", 2)]
+    assert res["speedup"] == 2.0 and res["peak_share"] == 2000.0 * 50e6 / 1e9 / 400.0
