@@ -582,6 +582,9 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path, launcher):
     if launcher == "processes":
         assert "2 processes of 1 thread(s) each" in proc.stdout
         assert json.loads((ddp / "train_config.json").read_text())["threads"] == 1
+        # the same command again: every rank refuses the run that is there, one says why, the exit code is theirs
+        again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 2 and again.stderr.count("already holds a training run") == 1, again.stderr[-2000:]
     a, b = list_states(single)[-1], list_states(ddp)[-1]
     assert a.name == b.name == f"step_{steps:08d}"
     sa, sb = (json.loads((p / "trainer_state.json").read_text()) for p in (a, b))

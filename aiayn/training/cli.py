@@ -257,7 +257,8 @@ def cli_main(argv: list[str]) -> int:
     try:
         run = train(tc, resume=args.resume)
     except (FileExistsError, WarmStartError, DataMixError, WorldChangeError) as exc:
-        print(f"aiayn train: {exc}", file=sys.stderr)
+        if int(os.environ.get("RANK", "0") or 0) == 0:  # every rank refuses alike; one says why
+            print(f"aiayn train: {exc}", file=sys.stderr)
         return 2
     if args.export and rank_and_world()[0] == 0:
         out = export(run, args.export, last=args.export_average)
