@@ -225,7 +225,7 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--processes", type=int, default=1,
                     help="train as this many processes of one DistributedDataParallel run on this machine, started by "
                          "this command (as torchrun --standalone would; --threads is then shared among them): on a "
-                         "2-core CPU, --processes 2 trains about 3x the loop before the speed work, 1.3x one process "
+                         "2-core CPU, --processes 2 trains about 3x the loop before the speed work, 1.4x one process "
                          "of two threads (docs/benchmarks.md); --accumulation then counts each process's micro-batches "
                          "(default 1: one process)")
     args = ap.parse_args(argv)
