@@ -144,13 +144,13 @@ def launch_ranks(argv: list[str], processes: int, threads: int | None) -> int:
     import torch
 
     from .allocator import allocator_env, describe
-    from .continuous import EXIT_INTERRUPTED, _run_child
+    from .continuous import EXIT_INTERRUPTED, _run_child, share_threads
 
     if processes < 2:
         raise ValueError(f"launch_ranks needs at least 2 processes, got {processes}")
     if torch.cuda.is_available() and processes > torch.cuda.device_count():
         raise ValueError(f"--processes {processes}: this machine has {torch.cuda.device_count()} CUDA device(s), one per rank")
-    per_process = max(1, (threads or os.cpu_count() or 1) // processes)
+    per_process = share_threads(threads, processes)
     env = allocator_env(os.environ, "auto")
     print(f"aiayn train: {processes} processes of {per_process} thread(s) each, on {describe(env)}", flush=True)
     cmd = [sys.executable, "-m", "aiayn", "train", *argv, "--threads", str(per_process)]

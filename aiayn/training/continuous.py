@@ -263,6 +263,12 @@ def share_accumulation(micro_batches: int, processes: int) -> int:
     return micro_batches // processes
 
 
+def share_threads(threads: int | None, processes: int) -> int:
+    """Intra-op threads of each of ``processes`` (>= 2) training processes on this machine: ``threads`` (all cores
+    when 0 or None) divided among them, at least 1 each."""
+    return max(1, (threads or os.cpu_count() or 1) // processes)
+
+
 def resume_accumulation(stored: int, saved_world: int, given: int | None, processes: int) -> int | None:
     """The ``--accumulation`` for resuming on ``processes`` processes a run whose last state was saved by
     ``saved_world`` processes of ``stored`` micro-batches each (the state's ``world`` and ``accumulation``; the
@@ -337,7 +343,7 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
     processes = int(getattr(args, "processes", 1) or 1)
     if processes < 1:
         raise BadInput(f"--processes must be at least 1, not {processes}")
-    per_process = args.threads if processes == 1 else max(1, (args.threads or os.cpu_count() or 1) // processes)
+    per_process = args.threads if processes == 1 else share_threads(args.threads, processes)
     threads = ["--threads", str(per_process)] if per_process else []
     extra = parse_overrides(args.train_set)
     if getattr(args, "kind_weights", None) is not None:
