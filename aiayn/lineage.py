@@ -75,6 +75,13 @@ def data_description(data_dir: str | Path | None) -> str:
     relabel = sheet.get("sentence_kind")  # aiayn data sentence-kind: a kind of its own for a training mix to weight
     if isinstance(relabel, dict) and isinstance(relabel.get("rows"), int):
         what += f" ({relabel['rows']:,} Ding example sentences as kind {relabel.get('kind', 'ding_sentence')})"
+    dropped, record = 0, sheet.get("pair_filter")  # aiayn data filter: pairs removed, earlier filters under previous
+    while isinstance(record, dict):
+        n = record.get("pairs_dropped")
+        dropped += n if isinstance(n, int) and not isinstance(n, bool) else 0
+        record = record.get("previous")
+    if dropped:
+        what += f", less {dropped:,} pairs dropped by dual cross-entropy"
     return what
 
 

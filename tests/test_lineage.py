@@ -84,6 +84,9 @@ def test_the_data_description_names_back_translated_sentences(tmp_path):
     (tmp_path / "datasheet.json").write_text(json.dumps(sheet))
     assert data_description(tmp_path).endswith("sentences of fortunes, extra.txt (18,505 Ding example sentences as "
                                                "kind ding_sentence)")
+    sheet["pair_filter"] = {"pairs_dropped": 5952, "previous": {"pairs_dropped": 48}}  # aiayn data filter, twice
+    (tmp_path / "datasheet.json").write_text(json.dumps(sheet))
+    assert data_description(tmp_path).endswith("kind ding_sentence), less 6,000 pairs dropped by dual cross-entropy")
     (tmp_path / "datasheet.json").write_text(json.dumps({"backtranslation": {"pairs_added": "many"}}))
     assert data_description(tmp_path) == "Ding German-English dictionary + back-translated sentences"
 

@@ -336,14 +336,61 @@ def _parser() -> argparse.ArgumentParser:
                        "sentences the kind ding_sentence, for --kind-weights (aiayn.data.kinds)")
     p.add_argument("--data", required=True, help="a folder of `aiayn data debian` (or `aiayn backtranslate`)")
     p.add_argument("--out", required=True, help="the new folder (must not exist)")
+    p = sub.add_parser("filter", help="a copy of a prepared folder without the worst-scored pairs of some kinds by "
+                       "dual conditional cross-entropy (Junczys-Dowmunt 2018; aiayn.data.crossent_filter)")
+    p.add_argument("--data", required=True, help="a prepared folder (train.tsv, train_kinds.txt)")
+    p.add_argument("--out", required=True, help="the new folder (must not exist)")
+    p.add_argument("--models", nargs="+", required=True, metavar="CKPT",
+                   help="checkpoints of both directions (two directional ones, or one with both language tags)")
+    p.add_argument("--drop", required=True, metavar="KIND=FRACTION,...",
+                   help="per kind, the fraction of its pairs to drop, worst first (e.g. backtranslated=0.25)")
+    p.add_argument("--batch-size", type=int, default=64, help="pairs per forward pass (default 64)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default cpu)")
     sub.add_parser("all", add_help=False, help="every folder the training recipes read, in order: debian, its "
                    "-shipspm copy, both back-translations, both sentence-kind copies (aiayn.data.chain; "
                    "`aiayn data all --help`)")
     return ap
 
 
+def _filter_main(args: argparse.Namespace, out: Path) -> int:
+    """``aiayn data filter``: score, drop, write (aiayn.data.crossent_filter); prints one line per kind."""
+    from tqdm import tqdm
+
+    from .crossent_filter import models_into, parse_drop, read_columns, write_filtered_folder
+
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    if isinstance(args.batch_size, bool) or args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    data = Path(args.data).expanduser()
+    columns = read_columns(data)
+    kinds_file = data / "train_kinds.txt"
+    drop = parse_drop(args.drop, kinds_file.read_text(encoding="utf-8").split() if kinds_file.is_file() else None)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; give a new folder")
+    import torch
+
+    from ..translator import Translator
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    loaded = [Translator.load(path, device=args.device) for path in args.models]
+    models = models_into(loaded, columns)
+    names = {lang: str(models[lang].path or "a model") for lang in columns}
+    total = sum(1 for k in kinds_file.read_text(encoding="utf-8").split() if k in drop)
+    with tqdm(total=total, unit="pair", desc="scoring", dynamic_ncols=True) as bar, torch.inference_mode():
+        summary = write_filtered_folder(data, out, models, drop, batch_size=args.batch_size, progress=bar.update,
+                                        model_names=names)
+    print(f"wrote {out}:")
+    for kind, s in summary.items():
+        print(f"  {kind}: dropped {s['dropped']:,} of {s['scored']:,} (scores >= {s['threshold']}; median "
+              f"{s['median']})")
+    return 0
+
+
 def cli_main(argv: list[str]) -> int:
-    """``aiayn data {ding,debian,tsv,moses,sentence-kind,all} ...``: prepare a data folder (``all``: every folder the
+    """``aiayn data {ding,debian,tsv,moses,sentence-kind,filter,all} ...``: prepare a data folder (``all``: every folder the
     training recipes read, :mod:`aiayn.data.chain`); returns the exit code (0 ok, 1 error, 2 bad input to ``all``)."""
     if argv[:1] == ["all"]:
         from .chain import cli_main as chain_main
@@ -360,6 +407,8 @@ def cli_main(argv: list[str]) -> int:
             print(f"wrote {out}: {counts.get(KIND, 0):,} Ding example sentences are now kind {KIND} "
                   f"(train kinds: {', '.join(f'{k} {n:,}' for k, n in counts.items())})")
             return 0
+        if args.cmd == "filter":
+            return _filter_main(args, out)
         if args.cmd == "debian":
             from .prepare_debian import debian_summary, prepare_debian  # imports .prepare: not at the top (a cycle)
 
