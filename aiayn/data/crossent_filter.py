@@ -228,6 +228,40 @@ def _tsv_field(text: str) -> str:
     return text.replace("\t", " ").replace("\n", " ")
 
 
+def _summary(scores: Sequence[PairScore], drop: dict[str, float], gone: set[int]) -> dict[str, dict]:
+    """Per kind of ``drop``: its fraction, pairs scored, dropped and kept, the lowest score dropped (None: none) and
+    the median score (the upper one of an even count; None without pairs), scores rounded to 4 places."""
+    summary: dict[str, dict] = {}
+    for kind in drop:
+        values = sorted(s.score for s in scores if s.kind == kind)
+        dropped = [s.score for s in scores if s.row in gone and s.kind == kind]
+        summary[kind] = {"fraction": drop[kind], "scored": len(values), "dropped": len(dropped),
+                         "kept": len(values) - len(dropped), "threshold": round(min(dropped), 4) if dropped else None,
+                         "median": round(values[len(values) // 2], 4) if values else None}
+    return summary
+
+
+def _record_in_datasheet(folder: Path, record: dict, counts: dict[str, int]) -> None:
+    """Put ``record`` into ``folder/datasheet.json`` as ``pair_filter`` (an earlier one kept under ``previous``), with
+    the kinds' new pair ``counts`` and the sha256 of the rewritten files; nothing without a datasheet."""
+    from ..files import sha256_file
+
+    path = folder / "datasheet.json"
+    if not path.is_file():
+        return
+    sheet = json.loads(path.read_text(encoding="utf-8"))
+    sheet = sheet if isinstance(sheet, dict) else {}
+    if isinstance(sheet.get("pair_filter"), dict):
+        record["previous"] = sheet["pair_filter"]
+    sheet["pair_filter"] = record
+    if isinstance(sheet.get("kinds"), dict):
+        sheet["kinds"]["train_pairs"] = counts
+    if isinstance(sheet.get("files_sha256"), dict):
+        for name in ("train.tsv", "train_kinds.txt", SCORES_FILE):
+            sheet["files_sha256"][name] = sha256_file(folder / name)
+    path.write_text(json.dumps(sheet, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+
 def write_filtered_folder(data_dir: str | Path, out_dir: str | Path, models: dict[str, "Translator"],
                           drop: dict[str, float] | str, *, batch_size: int = 64,
                           progress: Callable[[int], None] | None = None,
@@ -256,7 +290,7 @@ def write_filtered_folder(data_dir: str | Path, out_dir: str | Path, models: dic
         ValueError: ``out_dir`` is ``data_dir``, inside it or holds it; a bad ``drop``; kinds that do not match the
             rows; a row without two tab-separated sides.
     """
-    from ..files import check_outside, derived_data_folder, sha256_file
+    from ..files import check_outside, derived_data_folder
 
     data_dir, out_dir = Path(data_dir).expanduser(), Path(out_dir).expanduser()
     columns, rows, kinds = _read_train(data_dir)
@@ -280,13 +314,7 @@ def write_filtered_folder(data_dir: str | Path, out_dir: str | Path, models: dic
               for i, hi in zip(picked, h)]
     chosen = choose_drops(scores, drop)
     gone = {row for rows_of in chosen.values() for row in rows_of}
-    summary: dict[str, dict[str, float | int]] = {}
-    for kind in drop:
-        values = sorted(s.score for s in scores if s.kind == kind)
-        dropped = [s.score for s in scores if s.row in gone and s.kind == kind]
-        summary[kind] = {"fraction": drop[kind], "scored": len(values), "dropped": len(dropped),
-                         "kept": len(values) - len(dropped), "threshold": round(min(dropped), 4) if dropped else None,
-                         "median": round(values[len(values) // 2], 4) if values else None}
+    summary = _summary(scores, drop, gone)
     kept_rows = [r for i, r in enumerate(rows) if i not in gone]
     kept_kinds = [k for i, k in enumerate(kinds) if i not in gone]
     counts = {k: kept_kinds.count(k) for k in dict.fromkeys(kinds)}
@@ -302,21 +330,10 @@ def write_filtered_folder(data_dir: str | Path, out_dir: str | Path, models: dic
             for s, (a, b) in sorted(zip(scores, pairs), key=lambda x: (-x[0].score, -x[0].row)):
                 fh.write(f"{s.row}\t{s.kind}\t{s.h[columns[0]]:.4f}\t{s.h[columns[1]]:.4f}\t{s.score:.4f}\t"
                          f"{int(s.row in gone)}\t{_tsv_field(a)}\t{_tsv_field(b)}\n")
-        sheet_path = tmp / "datasheet.json"
-        sheet = json.loads(sheet_path.read_text(encoding="utf-8")) if sheet_path.is_file() else {}
-        sheet = sheet if isinstance(sheet, dict) else {}
         record = {"method": METHOD, "reference": "Junczys-Dowmunt (2018), WMT shared task on parallel corpus filtering",
                   "models": {f"into {lang}": names[lang] for lang in columns}, "kinds": summary,
                   "pairs_dropped": len(gone), "scores_file": SCORES_FILE, "made_by": "aiayn data filter"}
-        if isinstance(sheet.get("pair_filter"), dict):
-            record["previous"] = sheet["pair_filter"]
-        sheet["pair_filter"] = record
-        if isinstance(sheet.get("kinds"), dict):
-            sheet["kinds"]["train_pairs"] = counts
-        if isinstance(sheet.get("files_sha256"), dict):
-            for name in ("train.tsv", "train_kinds.txt", SCORES_FILE):
-                sheet["files_sha256"][name] = sha256_file(tmp / name)
-        sheet_path.write_text(json.dumps(sheet, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        _record_in_datasheet(tmp, record, counts)
         if (tmp / "DATASHEET.md").is_file():
             lines = ["", "## Pairs dropped by dual conditional cross-entropy", "",
                      f"{len(gone):,} train pairs removed by `aiayn data filter` ({METHOD}; models: "
