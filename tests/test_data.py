@@ -422,7 +422,7 @@ def test_aiayn_data_command_routes_to_prepare(capsys):
     assert data.cli_main is prepare.cli_main
     with pytest.raises(SystemExit) as exc:
         main(["data", "--help"])
-    assert exc.value.code == 0 and "{ding,debian,tsv,moses,sentence-kind,all}" in capsys.readouterr().out
+    assert exc.value.code == 0 and "{ding,debian,tsv,moses,sentence-kind,filter,all}" in capsys.readouterr().out
 
 
 def test_substring_hits_finds_every_occurrence_with_its_owner():
