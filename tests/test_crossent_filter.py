@@ -181,7 +181,9 @@ def test_the_command_writes_the_folder_and_refuses_in_one_line(folder, tmp_path,
     cases = [(["--drop", "poetry=0.2", *models_args], "no pairs of that kind"),
              (["--drop", "ui=1.5", *models_args], "[0, 1)"),
              (["--drop", "ui=0.2", "--models", str(tiny_checkpoints / "en-de")], "needs a de-en model"),
-             (["--drop", "ui=0.2", "--threads", "0", *models_args], "--threads must be at least 1")]
+             (["--drop", "ui=0.2", "--threads", "0", *models_args], "--threads must be at least 1"),
+             (["--drop", "ui=0.2", "--device", "banana", *models_args], "unknown device 'banana'"),
+             (["--drop", "ui=0.2", "--models", str(tmp_path / "nowhere"), *models_args[1:]], "nowhere")]
     for i, (argv, needle) in enumerate(cases):
         assert data_main(["filter", "--data", str(folder), "--out", str(tmp_path / f"bad{i}"), *argv]) == 1
         err = capsys.readouterr().err

@@ -346,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="per kind, the fraction of its pairs to drop, worst first (e.g. backtranslated=0.25)")
     p.add_argument("--batch-size", type=int, default=64, help="pairs per forward pass (default 64)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
     sub.add_parser("all", add_help=False, help="every folder the training recipes read, in order: debian, its "
                    "-shipspm copy, both back-translations, both sentence-kind copies (aiayn.data.chain; "
                    "`aiayn data all --help`)")
