@@ -273,8 +273,9 @@ def pair_log_probs(model: "Transformer", tokenizer: Any, sources: Sequence[str],
     out: list[list[float]] = []
     for start in range(0, len(src_ids), step):
         rows = tgt_ids[start : start + step]
-        forced = teacher_forced_ids(model, src_ids[start : start + step], rows, head_mask=head_mask, amp=True)
-        lp = forced.target_log_probs(cfg.pad_id).cpu().tolist()
+        with torch.inference_mode():  # floats out: no caller can use a graph, so none is built
+            forced = teacher_forced_ids(model, src_ids[start : start + step], rows, head_mask=head_mask, amp=True)
+            lp = forced.target_log_probs(cfg.pad_id).cpu().tolist()
         out += [[float(v) for v in row[: len(r)]] for row, r in zip(lp, rows)]
     return out
 

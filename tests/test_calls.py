@@ -177,6 +177,21 @@ def test_head_sweep_scores_feed_pad_first(pad_tr):
     assert np.allclose(df["logprob_intact"], sum(lps) / n, atol=1e-4)
 
 
+def test_scoring_given_pairs_builds_no_autograd_graph(pad_tr, monkeypatch):
+    """pair_log_probs returns floats, so the teacher-forced pass it runs (for log_likelihoods, the reverse-model
+    reranking, the head sweep, the data filter) runs in inference mode whatever mode its caller is in."""
+    seen, inner = [], calls.teacher_forced_ids
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_inference_mode_enabled())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(calls, "teacher_forced_ids", spy)
+    assert torch.is_grad_enabled() and any(p.requires_grad for p in pad_tr.model.parameters())
+    got = pad_tr.log_likelihoods([s for s, _ in PAIRS], [r for _, r in PAIRS], batch_size=1)
+    assert seen == [True] * len(PAIRS) and all(lp < 0 and n > 1 for lp, n in got)
+
+
 def test_validation_feeds_pad_first(pad_tr):
     from aiayn.training.loop import validate
 
