@@ -366,8 +366,8 @@ def _filter_main(args: argparse.Namespace, out: Path) -> int:
     data = Path(args.data).expanduser()
     columns = read_columns(data)
     kinds_file = data / "train_kinds.txt"
-    kinds = kinds_file.read_text(encoding="utf-8").split() if kinds_file.is_file() else []
-    drop = parse_drop(args.drop, kinds if kinds_file.is_file() else None)
+    kinds = kinds_file.read_text(encoding="utf-8").split() if kinds_file.is_file() else None
+    drop = parse_drop(args.drop, kinds)
     if out.exists():
         raise FileExistsError(f"{out} exists; give a new folder")
     import torch
@@ -379,7 +379,7 @@ def _filter_main(args: argparse.Namespace, out: Path) -> int:
     loaded = [Translator.load(path, device=args.device) for path in args.models]
     models = models_into(loaded, columns)
     names = {lang: str(models[lang].path or "a model") for lang in columns}
-    total = sum(1 for k in kinds if k in drop)
+    total = sum(1 for k in kinds or () if k in drop)
     with tqdm(total=total, unit="pair", desc="scoring", dynamic_ncols=True) as bar:
         summary = write_filtered_folder(data, out, models, drop, batch_size=args.batch_size, progress=bar.update,
                                         model_names=names)
