@@ -26,7 +26,7 @@ def sets():
 
 
 def test_sizes_and_lengths(sets):
-    assert [len(sets[n]) for n in SET_NAMES] == [60, 100, len(sets["classic"])]
+    assert [len(sets[n]) for n in SET_NAMES] == [160, 100, len(sets["classic"])]
     assert len(sets["classic"]) >= 30
     assert all(4 <= len(en.split()) <= 8 for en, _ in sets["short"])
     assert all(12 <= len(en.split()) <= 25 for en, _ in sets["long"])

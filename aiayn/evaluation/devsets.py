@@ -1,6 +1,6 @@
 """`aiayn evaluate-dev`: sacreBLEU and chrF of a checkpoint on the project's own development sets.
 
-The sets live in ``assets/devsets/`` (``short.tsv``: 60 everyday sentences of 4-8 words, ``long.tsv``: 100 everyday
+The sets live in ``assets/devsets/`` (``short.tsv``: 160 everyday sentences of 4-8 words, ``long.tsv``: 100 everyday
 and narrative sentences of 12-25 words, ``classic.tsv``: the sentences of Transformer lessons and tutorials and the
 app's own examples), written for this project with reference translations (``assets/devsets/README.md``). Each
 file is a TSV with the header ``en<TAB>de``; the same pairs serve both directions. They measure what a student
