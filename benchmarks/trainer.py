@@ -26,8 +26,8 @@ Rows (target tokens are the non-pad target pieces, EOS included: the unit of ``t
 * CPU, ``training loop, processes over threads``: the default loop on all cores as one process with that many
   threads against that many one-thread processes under ``torchrun`` (DistributedDataParallel over gloo), the same
   optimizer steps on the same micro-batches (:func:`measure_processes`); in the same rounds the old loop on all
-  cores, for ``training command speed-up`` (the processes, as ``aiayn train --processes`` and ``train-on
-  --processes`` train, over the old loop) and the command's share of the bf16 matmul peak.
+  cores, for ``training command speed-up`` (the processes, as ``aiayn train`` trains by default on a CPU with 2 or more
+  cores and ``train-on --processes`` trains, over the old loop) and the command's share of the bf16 matmul peak.
 """
 from __future__ import annotations
 
@@ -451,7 +451,7 @@ def _processes_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, 
     from .report import Row, na
 
     name = "training loop, processes over threads"
-    cmd, share = "training command speed-up (train-on's processes)", "training command, share of the bf16 matmul peak"
+    cmd, share = "training command speed-up (aiayn train's default processes)", "training command, share of the bf16 matmul peak"
     if res is None:
         return [na("trainer.cpu.loop_processes_speedup", "trainer", "cpu", name, "x", why),
                 *_command_rows(None, None, "", cmd, share, why)]
@@ -462,8 +462,8 @@ def _processes_rows(res: dict[str, Any] | None, why: str = "", speed: dict[str, 
                 f"({n} micro-batches each), {res['rounds']} round(s) alternated; tok/s threads {per('threads')}, "
                 f"processes {per('processes')}", {"threads": res["threads"], "processes": res["processes"]}),
             *_command_rows(res, speed, "", cmd, share,
-                           f"the default loop as `aiayn train --processes {n}` (and train-on) trains ({n} processes x 1 thread, its "
-                           f"allocator) over the old fp32 loop (1 process x {n} threads, glibc), the same steps, alternated "
+                           f"the loop as `aiayn train` trains by default on {n} cores (and train-on --processes {n}): "
+                           f"{n} processes x 1 thread, its allocator, over the old fp32 loop (1 process x {n} threads, glibc), the same steps, alternated "
                            f"with the row above; tok/s old {per('old')}, processes {per('processes')} (goal >= 3)")]
 
 

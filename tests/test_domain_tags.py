@@ -156,11 +156,12 @@ def test_cli_refuses_bad_domain_tags_before_writing(kinds_data, tiny_data, tmp_p
     from aiayn.training.cli import cli_main
 
     run = tmp_path / "run"
-    assert cli_main(["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--domain-tags", SPEC]) == 2
+    assert cli_main(["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--domain-tags", SPEC,
+                     "--processes", "1"]) == 2
     err = capsys.readouterr().err
     assert "train_kinds.txt does not exist" in err and len(err.strip().splitlines()) == 1 and not run.exists()
     assert cli_main(["--data", str(kinds_data), "--run", str(run), "--preset", "tiny",
-                     "--domain-tags", "general=ding,software=ui"]) == 2
+                     "--domain-tags", "general=ding,software=ui", "--processes", "1"]) == 2
     assert "narrative" in capsys.readouterr().err and not run.exists()
     for bad, flag in ((["--domain-tags", "general=ding"], "domain-tags"),
                       (["--domain-tags", SPEC, "--bidirectional"], "domain-tags"),

@@ -553,10 +553,13 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["torchrun", "processes"])
+@pytest.mark.parametrize("launcher", ["torchrun", "processes", "auto"])
 def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path, launcher):
-    """Two ranks with accumulation 1 train the steps of one process with accumulation 2, started by torchrun or by
-    ``aiayn train --processes 2`` itself (which shares --threads 2 among them)."""
+    """Two ranks with accumulation 1 train the steps of one process with accumulation 2, started by torchrun, by
+    ``aiayn train --processes 2`` itself (which shares --threads 2 among them), or by ``aiayn train`` with neither on
+    two cores (``--accumulation 2`` is then the whole step's)."""
+    if launcher == "auto" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("aiayn train trains as one process on one core")
     steps = 4
     single = tmp_path / "single"
     ddp = tmp_path / "ddp"
@@ -571,15 +574,16 @@ def test_ddp_two_processes_equal_one_process(tiny_data, tmp_path, launcher):
                "--master_port", str(_free_port())] if launcher == "torchrun" else [])
     cmd = [sys.executable, *launch,
            "-m", "aiayn", "train", "--data", str(tiny_data), "--run-dir", str(ddp), "--direction", "en-de",
-           "--preset", "tiny", "--set", "dropout=0.0", "--max-tokens", "256", "--accumulation", "1",
+           "--preset", "tiny", "--set", "dropout=0.0", "--max-tokens", "256",
+           "--accumulation", "2" if launcher == "auto" else "1",
            "--warmup-steps", "4", "--max-steps", str(steps), "--valid-every", "10", "--valid-bleu-sentences", "0",
            "--save-every", str(steps), "--keep", "5", "--seed", "7", "--no-amp-cpu",
            "--token-cache", str(tmp_path / "token_cache")]
-    cmd += ["--threads", "1"] if launcher == "torchrun" else ["--threads", "2", "--processes", "2"]
+    cmd += {"torchrun": ["--threads", "1"], "processes": ["--threads", "2", "--processes", "2"], "auto": ["--threads", "2"]}[launcher]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "world 2" in proc.stdout + proc.stderr
-    if launcher == "processes":
+    if launcher != "torchrun":
         assert "2 processes of 1 thread(s) each" in proc.stdout
         assert json.loads((ddp / "train_config.json").read_text())["threads"] == 1
         # the same command again: every rank refuses the run that is there, one says why, the exit code is theirs
@@ -978,6 +982,86 @@ def test_cli_processes_starts_the_ranks_itself_and_refuses_counts_it_cannot_star
     assert len(started) == 1 and not (tmp_path / "run").exists()
 
 
+def test_auto_processes_is_two_only_on_a_cpu_with_two_cores_and_threads():
+    from aiayn.training.cli import auto_processes
+
+    assert auto_processes(cores=2, cuda=False) == 2
+    assert auto_processes(threads=0, cores=16, cuda=False) == 2  # more cores: threads of the two, not more ranks
+    assert auto_processes(threads=4, cores=16, cuda=False) == 2
+    for kwargs in (dict(cores=1, cuda=False), dict(cores=8, cuda=True), dict(threads=1, cores=8, cuda=False),
+                   dict(compiled=True, cores=8, cuda=False)):
+        assert auto_processes(**kwargs) == 1, kwargs
+
+
+@pytest.fixture
+def two_cpu_cores(monkeypatch):
+    """This process sees two usable cores and no CUDA, as on the CI machine, and its ranks only record how they
+    were started (``continuous._run_child``); ``started`` lists ``(cmd, processes)``, ``trained`` the
+    configurations ``aiayn train`` trained in this process."""
+    import aiayn.training.cli as T
+    import aiayn.training.continuous as continuous
+
+    started, trained = [], []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(continuous, "_run_child", lambda cmd, timeout_s, env=None, processes=1, who="": started.append((cmd, processes)) or 0)
+    monkeypatch.setattr(T, "train", lambda tc, resume=False: trained.append(tc) or Path(tc.run_dir))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    return started, trained
+
+
+def _fake_state(run: Path, step: int, world: int, accumulation: int) -> None:
+    state = run / f"step_{step:08d}"
+    state.mkdir(parents=True)
+    (state / "trainer_state.json").write_text(json.dumps({"step": step, "world": world, "accumulation": accumulation}))
+    (run / "train_config.json").write_text(json.dumps({"data_dir": str(run), "accumulation": accumulation}))
+
+
+def test_cli_trains_as_two_processes_by_default_with_the_steps_of_one(tmp_path, two_cpu_cores, capsys):
+    """Without --processes, a CPU with two cores trains as two ranks, --accumulation counting the whole step (each
+    rank takes half); a step two ranks cannot share, one thread, or a resumed run's steps decide it otherwise."""
+    from aiayn.training.cli import cli_main
+
+    started, trained = two_cpu_cores
+    base = ["--data", str(tmp_path / "data"), "--run", str(tmp_path / "run"), "--max-steps", "3"]
+    assert cli_main(base + ["--accumulation", "6"]) == 0
+    [(cmd, processes)] = started
+    assert processes == 2 and not trained
+    # argparse keeps the last of a repeated flag: the ranks take 2 processes (their WORLD_SIZE) and 3 micro-batches each
+    assert cmd[4:] == base + ["--accumulation", "6", "--processes", "2", "--accumulation", "3", "--threads", "1"]
+    assert "2 processes of 1 thread(s) each" in capsys.readouterr().out
+    # 7 micro-batches cannot be shared: one process trains them, and says why
+    assert cli_main(base + ["--accumulation", "7"]) == 0
+    assert len(started) == 1 and [tc.accumulation for tc in trained] == [7]
+    assert "one process (--accumulation of 7 micro-batches a step cannot be shared by 2 processes" in capsys.readouterr().out
+    # --threads 1 is one core: one process; --processes 1 says so too
+    assert cli_main(base + ["--accumulation", "6", "--threads", "1"]) == 0
+    assert cli_main(base + ["--accumulation", "6", "--processes", "1"]) == 0
+    assert len(started) == 1 and [tc.accumulation for tc in trained] == [7, 6, 6]
+    # accumulation 0 (from --tokens-per-step) is rounded to the world by the loop: nothing is passed
+    assert cli_main(base) == 0
+    assert started[-1][0][4:] == base + ["--processes", "2", "--threads", "1"]
+
+
+def test_cli_resumes_by_default_with_the_steps_of_the_last_state(tmp_path, two_cpu_cores, capsys):
+    from aiayn.training.cli import cli_main
+
+    started, trained = two_cpu_cores
+    two, one = tmp_path / "two", tmp_path / "one"
+    _fake_state(two, 50, world=2, accumulation=3)  # saved by two ranks of 3 micro-batches
+    _fake_state(one, 50, world=1, accumulation=5)  # saved by one process of 5
+    assert cli_main(["--run", str(two), "--resume"]) == 0
+    assert started[-1][0][4:] == ["--run", str(two), "--resume", "--processes", "2", "--accumulation", "3", "--threads", "1"]
+    assert cli_main(["--run", str(two), "--resume", "--threads", "1"]) == 0  # one core: 6 micro-batches in one process
+    assert cli_main(["--run", str(one), "--resume"]) == 0  # 5 cannot be shared by two: one process, as saved
+    assert len(started) == 1 and [tc.accumulation for tc in trained] == [6, 5]
+    # a damaged last state is a message, not a traceback
+    (two / "step_00000050" / "trainer_state.json").write_text("{")
+    with pytest.raises(SystemExit):
+        cli_main(["--run", str(two), "--resume"])
+    assert "cannot resume" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("content", ['{"max_steps": 5', "[1, 2]"])
 def test_cli_resume_with_a_damaged_train_config_is_a_message(tmp_path, capsys, content):
     from aiayn.training.cli import cli_main
@@ -1131,7 +1215,7 @@ def test_cli_reports_only_its_own_setup_errors(tmp_path, monkeypatch):
 
     monkeypatch.setattr(T, "train", broken)
     with pytest.raises(ValueError, match="a bug deep inside training"):
-        T.cli_main(["--data", str(tmp_path), "--run", str(tmp_path / "run")])
+        T.cli_main(["--data", str(tmp_path), "--run", str(tmp_path / "run"), "--processes", "1"])
 
 
 def test_a_step_reads_nothing_back_from_the_device(tiny_data, tmp_path, monkeypatch):

@@ -404,7 +404,8 @@ def test_cli_refuses_a_mix_without_kinds_in_one_line_before_writing(tiny_data, t
     from aiayn.training.cli import cli_main
 
     run = tmp_path / "run"
-    assert cli_main(["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--kind-weights", "default"]) == 2
+    assert cli_main(["--data", str(tiny_data), "--run", str(run), "--preset", "tiny", "--kind-weights", "default",
+                     "--processes", "1"]) == 2
     err = capsys.readouterr().err
     assert "train_kinds.txt does not exist" in err and "aiayn data debian" in err and len(err.strip().splitlines()) == 1
     assert not run.exists()

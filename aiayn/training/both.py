@@ -519,7 +519,8 @@ def train_command(d: str, plan: dict[str, Any]) -> list[str]:
     """The ``aiayn train`` command line of direction ``d``'s child (``plan`` from :func:`_plan`)."""
     r = plan["recipe"]
     cmd = [sys.executable, "-m", "aiayn", "train", "--data", str(plan["data_for"][d]), "--run", str(plan["out"] / "runs" / d),
-           "--direction", d, "--preset", r["preset"], "--threads", str(plan["threads"])]
+           "--direction", d, "--preset", r["preset"], "--threads", str(plan["threads"]),
+           "--processes", "1"]  # one process per direction, side by side (not aiayn train's auto)
     cmd += ["--set", *(f"{k}={json.dumps(v)}" for k, v in r["model"].items())] if r["model"] else []
     cmd += train_flags(r["train"])
     if plan["train_minutes"]:

@@ -2,7 +2,8 @@
 :class:`~aiayn.training.recipe.TrainConfig`'s defaults (the paper's recipe, Section 5), ``--set key=value``
 model overrides, then :func:`~aiayn.training.loop.train` and an optional export of the averaged last states
 (Section 6.1). Under ``torchrun`` every process runs it; only rank 0 exports. ``--processes N`` starts the N ranks
-of one DistributedDataParallel run on this machine itself, as ``torchrun --standalone`` would (:func:`launch_ranks`).
+of one DistributedDataParallel run on this machine itself, as ``torchrun --standalone`` would (:func:`launch_ranks`);
+by default a CPU machine with 2 or more cores trains as 2 such processes (:func:`auto_processes`).
 """
 from __future__ import annotations
 
@@ -160,11 +161,92 @@ def launch_ranks(argv: list[str], processes: int, threads: int | None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _ranks_if_asked(ap: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int | None:
-    """With ``--processes N`` > 1 outside a launcher: start the N ranks (:func:`launch_ranks`) and return their exit
-    code; None when this process trains (one process, or a rank a launcher started). A count below 1, or one that
-    disagrees with the launcher's ``WORLD_SIZE``, exits through ``ap.error``."""
+def _parse_processes(text: str) -> int | str:
+    """``--processes``: ``auto`` or a whole number (checked by :func:`_ranks_if_asked`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a number of processes or auto, not {text!r}") from None
+
+
+def auto_processes(threads: int | None = None, compiled: bool | None = None, cores: int | None = None,
+                   cuda: bool | None = None) -> int:
+    """The processes ``aiayn train`` trains as when ``--processes`` is not given: 2 on a CPU machine with at least
+    2 usable ``cores`` (the process's CPU affinity) and at least 2 ``threads`` asked for (None or 0: all cores),
+    else 1: on CUDA (one device; several GPUs are torchrun's), with ``--compile`` (not measured under
+    DistributedDataParallel on a CPU) or on one core. Two one-thread processes train about 3x the old float32 loop
+    on a 2-core CPU and 1.4x one process of two threads (docs/benchmarks.md, "Trainer on a Zen 4 VM"); more than
+    two was never measured, so more cores are shared as threads of the two."""
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cuda or compiled or cores < 2 or (threads is not None and 0 < threads < 2):
+        return 1
+    return 2
+
+
+def auto_plan(args: argparse.Namespace, processes: int) -> tuple[int, int | None, str]:
+    """``(processes, accumulation, why)`` for ``--processes auto``: ``processes`` (from :func:`auto_processes`) or 1
+    where it cannot keep the run's steps, and the ``--accumulation`` each process then takes (None: leave it as
+    given or stored). With ``auto``, ``--accumulation`` counts a whole step's micro-batches, as for one process and
+    for ``train-on``, so the steps are those one process would train (:func:`aiayn.training.pipeline.step_groups`:
+    a step is accumulation x world micro-batches); a resumed run keeps the steps of its last state, saved by however
+    many processes. An accumulation derived from ``--tokens-per-step`` (0) is rounded to the world size by the
+    loop itself. ``why`` says in words what was chosen."""
+    from .continuous import _json_or_empty, _last_state
+
+    run = Path(args.run).expanduser()
+    last = _last_state(run) if args.resume else None
+    if args.accumulation is not None and args.accumulation > 0:
+        total, source = args.accumulation, "--accumulation"
+    elif args.accumulation is None and last is not None:
+        stored = int(last.get("accumulation", _json_or_empty(run / "train_config.json").get("accumulation")) or 0)
+        total, source = stored * int(last.get("world", 1)), "the run's steps"
+    else:
+        total, source = 0, ""
+    if processes > 1 and total % processes:
+        return 1, total, f"{source} of {total} micro-batches a step cannot be shared by {processes} processes"
+    if not total:
+        return processes, None, ""
+    return processes, total // processes, ""
+
+
+def _ranks_if_asked(ap: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str],
+                    compiled: bool = False) -> int | None:
+    """With ``--processes N`` > 1 (or ``auto``, :func:`auto_processes`) outside a launcher: start the N ranks
+    (:func:`launch_ranks`) and return their exit code; None when this process trains (one process, or a rank a
+    launcher started; with ``auto`` and one process ``args.accumulation`` is then the whole step's). ``compiled``:
+    the run's ``--compile`` (given or stored). A count below 1, or one that disagrees with the launcher's
+    ``WORLD_SIZE``, exits through ``ap.error``."""
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if args.processes == "auto":
+        if world > 1:  # a rank: the launcher decided
+            args.processes = world
+            return None
+        from .continuous import BadInput
+
+        try:
+            processes, accumulation, why = auto_plan(args, auto_processes(args.threads, compiled))
+        except BadInput as exc:  # the last state's trainer_state.json unreadable
+            ap.error(f"cannot resume: {exc}")
+        if why:
+            print(f"aiayn train: one process ({why}; --processes 1 says so)", flush=True)
+        if processes == 1:
+            args.processes = 1
+            if accumulation is not None:
+                args.accumulation = accumulation
+            return None
+        # argparse keeps the last of a repeated flag: the ranks take this count and each its share of the step
+        ranked = argv + ["--processes", str(processes)] + ([] if accumulation is None else ["--accumulation", str(accumulation)])
+        try:
+            return launch_ranks(ranked, processes, args.threads)
+        except ValueError as exc:
+            ap.error(str(exc))
     if args.processes < 1:
         ap.error(f"--processes must be at least 1, got {args.processes}")
     if args.processes > 1 and world > 1 and world != args.processes:
@@ -178,16 +260,8 @@ def _ranks_if_asked(ap: argparse.ArgumentParser, args: argparse.Namespace, argv:
         ap.error(str(exc))
 
 
-def cli_main(argv: list[str]) -> int:
-    """``aiayn train --data DIR --run DIR [--direction en-de] [--preset base] [--set d_model=256 ...]``.
-
-    ``aiayn train --run DIR --resume [--flag value ...]`` continues a run with its stored configuration; only the
-    flags given change it (recorded in ``config_changes.jsonl``). Several processes: ``torchrun
-    --nproc_per_node=N -m aiayn train --data DIR --run-dir DIR ...`` (``--run-dir``, not ``--run``, which
-    torchrun's own parser rejects as ambiguous). Returns the exit code: 0, or 2 with a message on stderr when
-    the run directory already holds a run (without ``--resume``) or the warm start cannot start it.
-    ``--processes N`` starts the N processes itself (:func:`launch_ranks`; ``--threads`` then counts all of them).
-    """
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``aiayn train`` (:func:`cli_main`)."""
     ap = argparse.ArgumentParser(prog="aiayn train", description="Train with the paper's recipe (Section 5). Use torchrun for several GPUs.")
     ap.add_argument("--data", default=None, help="prepared data directory (train/valid.tsv, spm.model); "
                     "a resumed run defaults to the one it was trained on")
@@ -222,16 +296,30 @@ def cli_main(argv: list[str]) -> int:
                     "configuration; flags given change it and are recorded")
     ap.add_argument("--export", default=None, help="after training, write a shippable checkpoint here")
     ap.add_argument("--export-average", type=int, default=5, help="average this many last states into --export")
-    ap.add_argument("--processes", type=int, default=1,
+    ap.add_argument("--processes", type=_parse_processes, default="auto",
                     help="train as this many processes of one DistributedDataParallel run on this machine, started by "
-                         "this command (as torchrun --standalone would; --threads is then shared among them): on a "
-                         "2-core CPU, --processes 2 trains about 3x the loop before the speed work, 1.4x one process "
-                         "of two threads (docs/benchmarks.md); --accumulation then counts each process's micro-batches "
-                         "(default 1: one process)")
+                         "this command (as torchrun --standalone would; --threads is then shared among them); auto "
+                         "(the default): 2 on a CPU with 2 or more cores, where two one-thread processes train about "
+                         "3x the loop before the speed work and 1.4x one process of two threads (docs/benchmarks.md), "
+                         "else 1 (CUDA, --compile, one core or --threads 1). With auto, --accumulation counts a whole "
+                         "step's micro-batches, shared among the processes (one process when they cannot share it); "
+                         "with a number N, each process's (torchrun's meaning)")
+    return ap
+
+
+def cli_main(argv: list[str]) -> int:
+    """``aiayn train --data DIR --run DIR [--direction en-de] [--preset base] [--set d_model=256 ...]``.
+
+    ``aiayn train --run DIR --resume [--flag value ...]`` continues a run with its stored configuration; only the
+    flags given change it (recorded in ``config_changes.jsonl``). Several processes: ``torchrun
+    --nproc_per_node=N -m aiayn train --data DIR --run-dir DIR ...`` (``--run-dir``, not ``--run``, which
+    torchrun's own parser rejects as ambiguous). Returns the exit code: 0, or 2 with a message on stderr when
+    the run directory already holds a run (without ``--resume``) or the warm start cannot start it.
+    ``--processes N`` starts the N processes itself (:func:`launch_ranks`; ``--threads`` then counts all of them);
+    without it a CPU machine with 2 or more cores trains as 2 (:func:`auto_processes`, :func:`auto_plan`).
+    """
+    ap = build_parser()
     args = ap.parse_args(argv)
-    launched = _ranks_if_asked(ap, args, argv)
-    if launched is not None:
-        return launched
     stored = None
     cfg_file = Path(args.run).expanduser() / "train_config.json"
     if args.resume and cfg_file.is_file():
@@ -251,9 +339,14 @@ def cli_main(argv: list[str]) -> int:
              "init_from": args.init_from, "init_stack": args.init_stack, "bidirectional": args.bidirectional, "record_attention": args.record_attention,
              **{name: getattr(args, name) for name, _ in VALUE_FLAGS}}
     try:
-        tc = resolve_config(given, stored)
+        compiled = resolve_config(given, stored).compile  # refused here, once, before any rank starts
     except ValueError as exc:
         ap.error(str(exc))
+    launched = _ranks_if_asked(ap, args, argv, compiled)
+    if launched is not None:
+        return launched
+    given["accumulation"] = args.accumulation  # auto on one process: the whole step's
+    tc = resolve_config(given, stored)
     try:
         run = train(tc, resume=args.resume)
     except (FileExistsError, WarmStartError, DataMixError, WorldChangeError) as exc:

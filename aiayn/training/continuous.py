@@ -339,10 +339,11 @@ def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[st
     pid = training_pid(run)
     if pid is not None:
         raise BadInput(f"process {pid} is training {run} now; wait for it to stop (or stop it) and run this again")
-    base = [sys.executable, "-m", "aiayn", "train", "--run", str(run)]
     processes = int(getattr(args, "processes", 1) or 1)
     if processes < 1:
         raise BadInput(f"--processes must be at least 1, not {processes}")
+    # the count given explicitly: train-on starts the ranks itself, and one process must not become aiayn train's auto
+    base = [sys.executable, "-m", "aiayn", "train", "--run", str(run), "--processes", str(processes)]
     per_process = args.threads if processes == 1 else share_threads(args.threads, processes)
     threads = ["--threads", str(per_process)] if per_process else []
     extra = parse_overrides(args.train_set)
