@@ -15,10 +15,10 @@ from aiayn.examples import ALSO_CORRECT, EXAMPLES, demo_sentences
 from aiayn.translator import CHECKPOINTS_DIR
 
 DIRECTIONS = ("en-de", "de-en")
-#: (direction, source) -> what the shipped model writes instead (en-de of session 32, lifetime 54,715 steps, which
-#: writes "Guten Morgen!" at last; de-en of session 14, 41,929 steps)
+#: (direction, source) -> what the shipped model writes instead (en-de shipped in session 37, lifetime 55,115 steps,
+#: which writes "Guten Morgen!" as the session-32 one did; de-en of session 14, 41,929 steps)
 STILL_WRONG = {
-    ("en-de", "The cat sat on the mat."): "Die Katze saß auf dem Mathe.",
+    ("en-de", "The cat sat on the mat."): "Die Katze saß auf der Mathe.",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
     ("de-en", "Ich lese gern Bücher im Garten."): "I like books in the garden.",
 }
@@ -54,11 +54,12 @@ def test_demo_sentence_translates_correctly(translators, direction, source, acce
 
 
 #: (direction, source) -> what the shipped model writes with its n-best list reranked by the reverse model
-#: (aiayn.reranking, the default weight): strict xfails as above. With the session-32 en-de the reverse model lifts
-#: "Die Katze saß auf der Matte." (second of its 4-best) to the top, but also "Gute Morgen!" over the beam's right
-#: "Guten Morgen!" and "dass" over the right relative pronoun "das"; the garden sentences have no right hypothesis in
-#: the beam.
+#: (aiayn.reranking, the default weight): strict xfails as above. With the session-32 en-de the reverse model lifted
+#: "Die Katze saß auf der Matte." (second of its 4-best) to the top; with the session-37 en-de it lifts "Die Katze saß
+#: auf dem Mathe." instead. It also puts "Gute Morgen!" over the beam's right "Guten Morgen!" and "dass" over the right
+#: relative pronoun "das"; the garden sentences have no right hypothesis in the beam.
 STILL_WRONG_RERANKED = {
+    ("en-de", "The cat sat on the mat."): "Die Katze saß auf dem Mathe.",
     ("en-de", "Good morning!"): "Gute Morgen!",
     ("en-de", "He reads the book that she gave him."): "Er liest das Buch, dass sie ihm gegeben hat.",
     ("en-de", "I like to read books in the garden."): "Ich möchte Bücher im Garten lesen.",
