@@ -112,12 +112,16 @@ def test_contrast_section_explains_a_step_and_takes_a_typed_piece(fresh_server, 
     first = [t for t in _titles(page) if t.startswith("Why ")]
     page.get_by_text("Why this piece and not that one?").scroll_into_view_if_needed()
     box = page.locator("[data-testid=stMain]").get_by_role("textbox", name=re.compile(r"or type a piece"))
-    box.fill("atte")  # the rest of "Matte" as the shipped vocabulary cuts it
+    # "atte", the rest of "Matte" as the shipped vocabulary cuts it; where the chart already asks about it (the
+    # session-37 en-de is least sure of "athe", with "atte" next), a word-initial piece instead, so the chart must move
+    word, shown = (("der", (" not ▁der ", " not ▁d")) if any(" not atte " in t for t in first)
+                   else ("atte", (" not atte ", " not ▁at")))
+    box.fill(word)
     box.press("Enter")
     page.wait_for_function("(old) => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot .gtitle')]"
                            ".some(e => e.textContent.startsWith('Why ') && e.textContent !== old)", arg=first[0],
                            timeout=120_000)
-    assert any(" not atte " in t or " not ▁at" in t for t in _titles(page) if t.startswith("Why ")), _titles(page)
+    assert any(any(s in t for s in shown) for t in _titles(page) if t.startswith("Why ")), _titles(page)
     if os.environ.get("AIAYN_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.get_by_text("Beam search output:").first.evaluate("e => e.scrollIntoView({block: 'start'})")
