@@ -155,7 +155,7 @@ def test_two_processes_train_one_run_that_resumes_on_one(world):
     assert all(0.0 < s["p_value"] <= 1.0 and s["n_changed"] <= s["n_sentences"] for s in paired["sets"].values())
     assert "2 training processes" in (world["out"] / "candidate" / "MODEL_CARD.md").read_text()
 
-    proc = _train_on(world, "--train-set", "max_steps=8")  # one process: the same 2 micro-batches a step
+    proc = _train_on(world, "--processes", "1", "--train-set", "max_steps=8")  # one process: the same 2 micro-batches a step
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _last(world["run"])["step"] == 8 and _last(world["run"])["world"] == 1
     assert json.loads((world["run"] / "train_config.json").read_text())["accumulation"] == 2
@@ -197,3 +197,30 @@ def test_a_step_the_processes_cannot_share_is_refused_before_anything_starts(wor
                                 "--no-nice", "--recipe", "tiny", "--processes", "2", "--train-set", "accumulation=3"])
     assert code == 2 and "cannot be shared by 2 processes" in capsys.readouterr().err
     assert not run.exists() and not (tmp_path / "o").exists()
+
+
+def test_two_processes_by_default_on_two_cores_one_where_they_cannot_share_the_step(world, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """Without --processes, train-on plans as ``aiayn train`` decides (``auto_processes``): two ranks on a CPU with two
+    cores, one with --threads 1, and one where two cannot share the recipe's step (no refusal: that is for a count
+    given)."""
+    import torch
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    base = ["--direction", "en-de", "--minutes", "30", "--run", str(tmp_path / "run"), "--shipped", str(world["shipped"]),
+            "--data", str(world["data"]), "--out", str(tmp_path / "o"), "--no-nice", "--recipe", "tiny", "--dry-run"]
+
+    def planned(*extra: str) -> list[str]:
+        assert continuous.cli_main(base + list(extra)) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if " -m aiayn train " in x)
+        return line.split()
+
+    cmd = planned("--train-set", "accumulation=4")
+    assert cmd[cmd.index("--processes") + 1] == "2" and cmd[cmd.index("--accumulation") + 1] == "2"
+    cmd = planned("--train-set", "accumulation=3")
+    assert cmd[cmd.index("--processes") + 1] == "1" and cmd[cmd.index("--accumulation") + 1] == "3"
+    cmd = planned("--train-set", "accumulation=4", "--threads", "1")
+    assert cmd[cmd.index("--processes") + 1] == "1" and cmd[cmd.index("--accumulation") + 1] == "4"
+    assert not (tmp_path / "run").exists() and not (tmp_path / "o").exists()

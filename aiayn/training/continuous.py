@@ -247,17 +247,21 @@ def recipe_flags(name: str, shipped_meta: dict[str, Any], overrides: dict[str, A
         raise BadInput(str(exc)) from None
 
 
+class StepNotShared(BadInput):
+    """A step's micro-batches that the processes cannot share equally (:func:`share_accumulation`)."""
+
+
 def share_accumulation(micro_batches: int, processes: int) -> int:
     """Micro-batches each of ``processes`` processes accumulates in a step of ``micro_batches`` (the ``--accumulation``
     of ``aiayn train`` under DistributedDataParallel is per process: a step is accumulation x world micro-batches,
     :func:`aiayn.training.pipeline.step_groups`).
 
     Raises:
-        BadInput: ``processes`` does not divide ``micro_batches`` (the steps would change).
+        StepNotShared: ``processes`` does not divide ``micro_batches`` (the steps would change).
     """
     if micro_batches % processes:
         divisors = [n for n in range(1, micro_batches + 1) if micro_batches % n == 0]
-        raise BadInput(f"a step of {micro_batches} micro-batches cannot be shared by {processes} processes: give "
+        raise StepNotShared(f"a step of {micro_batches} micro-batches cannot be shared by {processes} processes: give "
                        f"--processes {' or '.join(map(str, divisors))}, or another accumulation (--train-set "
                        "accumulation=N counts a whole step's micro-batches)")
     return micro_batches // processes
@@ -329,17 +333,39 @@ def _check_mix(data: Path, train: dict[str, Any]) -> None:
 
 def train_command(args: argparse.Namespace, shipped: Path, shipped_meta: dict[str, Any], budget_min: float,
                   recipe_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The plan of the training child: ``{"run", "resume", "data", "recipe", "cmd", "before": {step, tokens}}``.
+    """The plan of the training child: ``{"run", "resume", "data", "recipe", "cmd", "before": {step, tokens},
+    "processes"}``. ``--processes auto`` (the default): 2 on a CPU with 2 or more cores
+    (:func:`aiayn.training.cli.auto_processes`), 1 where they cannot share the recipe's step (an odd accumulation).
     ``--max-minutes`` counts the run's whole wall time (:func:`aiayn.training.loop.train`), so a resumed run gets its
     stored wall time plus ``budget_min``. A warm start takes its recipe (and, without ``--data``, its data folder)
     from ``recipe_config`` when given (:func:`recipe_of_run`: a finished run's), else from ``--recipe``."""
+    given = getattr(args, "processes", 1)
+    if given != "auto":
+        return _train_command(args, int(given or 1), shipped, shipped_meta, budget_min, recipe_config)
+    from .cli import auto_processes
+
+    processes = auto_processes(args.threads, False)
+    if processes > 1:
+        try:
+            return _train_command(args, processes, shipped, shipped_meta, budget_min, recipe_config)
+        except StepNotShared:
+            pass  # e.g. accumulation=3: one process trains the recipe's steps
+    return _train_command(args, 1, shipped, shipped_meta, budget_min, recipe_config)
+
+
+def _train_command(args: argparse.Namespace, processes: int, shipped: Path, shipped_meta: dict[str, Any],
+                   budget_min: float, recipe_config: dict[str, Any] | None) -> dict[str, Any]:
+    """:func:`train_command` for a number of ``processes``.
+
+    Raises:
+        StepNotShared: ``processes`` cannot share the step's micro-batches; BadInput: the other refusals.
+    """
     from .cli import parse_overrides
 
     run, resume = choose_run(args.run, shipped_meta, args.direction)
     pid = training_pid(run)
     if pid is not None:
         raise BadInput(f"process {pid} is training {run} now; wait for it to stop (or stop it) and run this again")
-    processes = int(getattr(args, "processes", 1) or 1)
     if processes < 1:
         raise BadInput(f"--processes must be at least 1, not {processes}")
     # the count given explicitly: train-on starts the ranks itself, and one process must not become aiayn train's auto
@@ -746,6 +772,13 @@ def _keep_ibm1(old: dict[str, Any], path: Path) -> None:
 
 
 # -- the command ----------------------------------------------------------------------------------------------------
+def _processes_arg(text: str) -> int | str:
+    """``--processes``: ``auto`` or a whole number (:func:`aiayn.training.cli._parse_processes`)."""
+    from .cli import _parse_processes
+
+    return _parse_processes(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="aiayn train-on", description="Go on training the shipped model of one direction "
                                  "until a deadline (resume its run, or warm-start from its weights), then average the last "
@@ -790,11 +823,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--allocator", default="auto", choices=ALLOCATORS,
                     help="memory allocator of the training child: auto (tcmalloc when installed, else glibc; about "
                          "1.1x the tokens a second on a CPU), tcmalloc, glibc (aiayn.training.allocator)")
-    ap.add_argument("--processes", type=int, default=1,
+    ap.add_argument("--processes", type=_processes_arg, default="auto",
                     help="train as this many processes (DistributedDataParallel, gloo), each with its share of every "
-                         "step's micro-batches and of --threads (default 1). On two cores 2 processes of one thread "
-                         "train about 1.3x the tokens a second of one process of two threads (docs/benchmarks.md); "
-                         "a step's micro-batches (accumulation) must be a multiple, and a resume keeps the run's steps")
+                         "step's micro-batches and of --threads; auto (the default): 2 on a CPU with 2 or more cores "
+                         "(not with --threads 1), else 1, and 1 where two cannot share the step. On two cores 2 "
+                         "processes of one thread train about 1.4x the tokens a second of one process of two threads "
+                         "(docs/benchmarks.md); a step's micro-batches (accumulation) must be a multiple of a number "
+                         "given, and a resume keeps the run's steps")
     ap.add_argument("--then-seeds", default=None, metavar="S,...",
                     help="when the run ends (its max_steps) with at least --min-round-minutes left, warm-start another "
                          "from the shipped checkpoint (as --ship left it) with the finished run's recipe and the next of "
