@@ -261,9 +261,9 @@ def share_accumulation(micro_batches: int, processes: int) -> int:
     """
     if micro_batches % processes:
         divisors = [n for n in range(1, micro_batches + 1) if micro_batches % n == 0]
-        raise StepNotShared(f"a step of {micro_batches} micro-batches cannot be shared by {processes} processes: give "
-                       f"--processes {' or '.join(map(str, divisors))}, or another accumulation (--train-set "
-                       "accumulation=N counts a whole step's micro-batches)")
+        raise StepNotShared(f"a step of {micro_batches} micro-batches cannot be shared by {processes} processes: "
+                            f"give --processes {' or '.join(map(str, divisors))}, or another accumulation (--train-set "
+                            "accumulation=N counts a whole step's micro-batches)")
     return micro_batches // processes
 
 
