@@ -341,11 +341,11 @@ def _speedup_rows(res: dict[str, Any]) -> list:
         Row("trainer.cpu.loop_old", "trainer", "cpu", "training loop, before (fp32, per-tensor Adam, widths x8)",
             res["old_tokens_per_s"], "tok/s", f"{shape}; per round {per('old')}", {"old": res["old"]}),
         Row("trainer.cpu.loop", "trainer", "cpu", "training loop", res["new_tokens_per_s"], "tok/s",
-            f"the default loop (bf16 {'on' if new0['amp_cpu'] else 'off'}: measured at the start, fused Adam, widths x1, "
+            f"the loop in one process (--processes 1; bf16 {'on' if new0['amp_cpu'] else 'off'}: measured at the start, fused Adam, widths x1, "
             f"threads decided at the start: {', '.join(str(x['threads']) for x in res['new'])}), same data; per round {per('new')}",
             {"new": res["new"]}),
         Row("trainer.cpu.loop_speedup", "trainer", "cpu", "training loop speed-up", res["speedup"], "x",
-            "default loop over the old fp32 eager loop, same data, same run (mean of each run's median record)"),
+            "the one-process loop over the old fp32 eager loop, same data, same run (mean of each run's median record)"),
         Row("trainer.cpu.bf16_peak", "trainer", "cpu", "bf16 matmul peak (this run)", res["peak_gflops"], "GFLOP/s",
             f"best a @ b of {', '.join(res['peaks'][0]['by_shape'])} (shape@threads); before each round "
             f"and at the end: {peaks}", {"peaks": res["peaks"]}),
