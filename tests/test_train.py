@@ -1051,7 +1051,8 @@ def test_cli_resumes_by_default_with_the_steps_of_the_last_state(tmp_path, two_c
     _fake_state(two, 50, world=2, accumulation=3)  # saved by two ranks of 3 micro-batches
     _fake_state(one, 50, world=1, accumulation=5)  # saved by one process of 5
     assert cli_main(["--run", str(two), "--resume"]) == 0
-    assert started[-1][0][4:] == ["--run", str(two), "--resume", "--processes", "2", "--accumulation", "3", "--threads", "1"]
+    # the same world: the ranks keep the stored 3 micro-batches each
+    assert started[-1][0][4:] == ["--run", str(two), "--resume", "--processes", "2", "--threads", "1"]
     assert cli_main(["--run", str(two), "--resume", "--threads", "1"]) == 0  # one core: 6 micro-batches in one process
     assert cli_main(["--run", str(one), "--resume"]) == 0  # 5 cannot be shared by two: one process, as saved
     assert len(started) == 1 and [tc.accumulation for tc in trained] == [6, 5]

@@ -192,28 +192,23 @@ def auto_processes(threads: int | None = None, compiled: bool | None = None, cor
 
 def auto_plan(args: argparse.Namespace, processes: int) -> tuple[int, int | None, str]:
     """``(processes, accumulation, why)`` for ``--processes auto``: ``processes`` (from :func:`auto_processes`) or 1
-    where it cannot keep the run's steps, and the ``--accumulation`` each process then takes (None: leave it as
+    where they cannot share the run's step, and the ``--accumulation`` each process then takes (None: leave it as
     given or stored). With ``auto``, ``--accumulation`` counts a whole step's micro-batches, as for one process and
-    for ``train-on``, so the steps are those one process would train (:func:`aiayn.training.pipeline.step_groups`:
-    a step is accumulation x world micro-batches); a resumed run keeps the steps of its last state, saved by however
-    many processes. An accumulation derived from ``--tokens-per-step`` (0) is rounded to the world size by the
-    loop itself. ``why`` says in words what was chosen."""
-    from .continuous import _json_or_empty, _last_state
+    for ``train-on``, and a resumed run keeps the steps of its last state, saved by however many processes: train-on's
+    :func:`~aiayn.training.continuous.resume_accumulation`. ``why`` says in words why one process was chosen."""
+    from .continuous import StepNotShared, _json_or_empty, _last_state, resume_accumulation
 
     run = Path(args.run).expanduser()
-    last = _last_state(run) if args.resume else None
-    if args.accumulation is not None and args.accumulation > 0:
-        total, source = args.accumulation, "--accumulation"
-    elif args.accumulation is None and last is not None:
-        stored = int(last.get("accumulation", _json_or_empty(run / "train_config.json").get("accumulation")) or 0)
-        total, source = stored * int(last.get("world", 1)), "the run's steps"
-    else:
-        total, source = 0, ""
-    if processes > 1 and total % processes:
-        return 1, total, f"{source} of {total} micro-batches a step cannot be shared by {processes} processes"
-    if not total:
-        return processes, None, ""
-    return processes, total // processes, ""
+    last = (_last_state(run) if args.resume else None) or {}
+    stored = int(last.get("accumulation", _json_or_empty(run / "train_config.json").get("accumulation")) or 0) if last else 0
+    world = int(last.get("world", 1))
+    try:
+        return processes, resume_accumulation(stored, world, args.accumulation, processes), ""
+    except StepNotShared:
+        given = args.accumulation is not None
+        total, source = (args.accumulation, "--accumulation") if given else (stored * world, "the run's steps")
+        return (1, resume_accumulation(stored, world, args.accumulation, 1),
+                f"{source} of {total} micro-batches a step cannot be shared by {processes} processes")
 
 
 def _ranks_if_asked(ap: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str],
