@@ -139,17 +139,40 @@ def test_kv_cache_appends_keys_step_by_step():
 
 def test_fast_path_under_cpu_bf16_autocast_computes_in_float32():
     """Training's CPU autocast hands bf16 q, k, v to the fast path; it computes the attention in float32 (torch's
-    bf16 CPU kernel is several times slower, docs/training.md, "Session 18") and returns bf16: the output is the float32
-    attention of those bf16 inputs, rounded once to bf16 - which attention computed in bf16 is not."""
+    bf16 CPU kernel is several times slower, docs/training.md, "Session 18"), written out ("Session 38"), and returns
+    bf16: the output is the float32 attention of those bf16 inputs rounded once to bf16 (up to a float32 rounding that
+    may tip an element to the neighbouring bf16 value), which attention computed in bf16 is not; the gradients are
+    those of the float32 attention."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(4, 8, 30, 32) * 2 for _ in range(3))
     mask = torch.ones(4, 1, 30, 30, dtype=torch.bool).tril()
     qb, kb, vb = (t.bfloat16().requires_grad_() for t in (q, k, v))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = scaled_dot_product_attention(qb, kb, vb, mask).output
-    ref = torch.nn.functional.scaled_dot_product_attention(qb.detach().float(), kb.detach().float(),
-                                                           vb.detach().float(), attn_mask=mask)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (qb, kb, vb))
+    ref = torch.nn.functional.scaled_dot_product_attention(q32, k32, v32, attn_mask=mask)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(out, ref.bfloat16())
+    rounded = ref.detach().bfloat16()
+    ulp = (rounded.float().abs() * 2.0**-7).clamp_min(2.0**-133)
+    assert ((out.float() - rounded.float()).abs() <= ulp).all()
+    assert (out == rounded).float().mean() > 0.99
+    in_bf16 = torch.nn.functional.scaled_dot_product_attention(qb.detach(), kb.detach(), vb.detach(), attn_mask=mask)
+    assert (out != in_bf16).float().mean() > 0.05  # the float32 computation is not the bf16 one
+    grad = torch.randn(out.shape).bfloat16().float()  # the gradient reaches the bf16 output as bf16
+    out.float().backward(grad)
+    ref.backward(grad)
+    for t, r in ((qb, q32), (kb, k32), (vb, v32)):
+        assert t.grad is not None and t.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(t.grad.float(), r.grad, rtol=2**-7, atol=1e-3)
+
+
+def test_fast_path_under_cpu_bf16_autocast_zeroes_a_row_with_no_key_and_its_gradient():
+    """A query with every key masked attends to nothing (0), as on the other paths, and sends no NaN backward."""
+    q, k, v = (torch.randn(2, 2, 5, 8).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    mask[1, :, 2] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = scaled_dot_product_attention(q, k, v, mask).output
+    assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2])) and out[0].abs().sum() > 0
     out.float().sum().backward()
-    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 and t.grad.abs().sum() > 0 for t in (qb, kb, vb))
+    assert all(torch.isfinite(t.grad.float()).all() for t in (q, k, v))

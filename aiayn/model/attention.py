@@ -32,6 +32,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def _written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    """Equation 1 as two matmuls and a softmax, ``(B, H, T, d_k)`` -> ``(B, H, T, d_v)`` in the inputs' dtype. Masked
+    scores get the dtype's lowest finite value, not -inf, so a row with no key is uniform instead of NaN (its output
+    is then zeroed by the caller, and no NaN reaches the backward pass)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return torch.matmul(weights, v)
+
+
 @dataclass
 class AttentionOutput:
     """What :func:`scaled_dot_product_attention` and :class:`MultiHeadAttention` return.
@@ -81,11 +94,12 @@ def scaled_dot_product_attention(
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
             # CPU bf16 autocast (training): torch's CPU flash-attention kernel is several times slower forward and backward
             # in bf16 than in float32 at our shapes (docs/training.md, "Session 18: a VM with AMX"), so the
-            # attention itself runs in float32 and only its output goes back to bf16. Autocast lists SDPA among
-            # its bf16 operators, so it is switched off around the call or it would cast the inputs back.
+            # attention itself runs in float32 and only its output goes back to bf16; written out (two batched
+            # matmuls and a softmax), which at training's 8-40 positions is faster than the float32 flash kernel too
+            # ("Session 38"). Autocast lists matmul and SDPA among its bf16 operators, so it is switched off around
+            # the call or it would cast the inputs back.
             with torch.autocast("cpu", enabled=False):
-                out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                                     dropout_p=dropout_p).to(q.dtype)
+                out = _written_out(q.float(), k.float(), v.float(), mask, dropout_p).to(q.dtype)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         if mask is not None:
