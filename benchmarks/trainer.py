@@ -252,7 +252,7 @@ def measure_loop(spec: dict[str, Any]) -> dict[str, Any]:
 
 #: the CPU loop before the speed work, as settings of today's loop: float32 forward, PyTorch's per-tensor Adam, batch
 #: widths rounded up to a multiple of 8 (and every core: the benchmark's --threads)
-OLD_CPU_LOOP = {"amp_cpu": False, "adam_impl": "loop", "pad_multiple": 8}
+OLD_CPU_LOOP = {"amp_cpu": False, "adam_impl": "loop", "pad_multiple": 8, "dropout_impl": "bernoulli"}
 
 
 def measure_speedup(spec: dict[str, Any], rounds: int, log=lambda m: None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from .attention import AttentionOutput, KVCache, MultiHeadAttention
 from .config import TransformerConfig
+from .dropout import Dropout
 
 
 #: FFN activations by ``TransformerConfig.activation`` ("relu" is Eq. 2; the others serve converted models)
@@ -49,7 +50,7 @@ class EncoderLayer(nn.Module):
         self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self, x: Tensor, mask: Tensor | None, need_weights: bool = False, need_scores: bool = False,
@@ -81,7 +82,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self,

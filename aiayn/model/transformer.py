@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, check_head_mask
 from .config import TransformerConfig
+from .dropout import Dropout
 from .layers import DecoderLayer, EncoderLayer
 from .maps import AttentionMaps
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -159,7 +160,7 @@ class Transformer(nn.Module):
         if cfg.norm_first:  # pre-LN needs a final LayerNorm on each stack; post-LN (the paper) has none
             self.encoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
             self.decoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         if cfg.final_logits_bias:  # converted Marian models only; absent (not zero) otherwise, so old state dicts load
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         self.reset_parameters()

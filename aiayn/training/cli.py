@@ -17,6 +17,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ..model.dropout import DROPOUT_IMPLS
 from .export import export
 from .loader import DataMixError, parse_domain_tags, parse_kind_weights
 from .loop import WorldChangeError, train
@@ -49,7 +50,7 @@ VALUE_FLAGS = [("max_tokens", int), ("tokens_per_step", int), ("accumulation", i
                ("epsilon_ls", float), ("max_steps", int), ("max_epochs", int), ("max_minutes", float), ("seed", int),
                ("valid_every", int), ("valid_bleu_sentences", int), ("valid_beam_size", int), ("save_every", int), ("keep", int),
                ("max_len", int), ("threads", int), ("upsample_sentences", int), ("pad_multiple", int), ("prefetch", int),
-               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("kind_weights", str),
+               ("token_cache", str), ("residual_init_scale", float), ("adam_impl", str), ("dropout_impl", str), ("kind_weights", str),
                ("lr_decay", str), ("domain_tags", str), ("tag_lr_scale", float)]
 
 #: Help text of the flags whose name alone does not say enough.
@@ -64,6 +65,9 @@ FLAG_HELP = {
     "threads": "intra-op threads (0: on a CPU, all cores less the load already running that niced background work "
                "does not account for, decided at the start and stored with the run); ",
     "adam_impl": "Adam's implementation: fused (one kernel per parameter), foreach or loop (same update rule); ",
+    "dropout_impl": "how dropout draws its mask on a CPU: words (four 16-bit thresholds per 64-bit random word, about "
+                    "a sixth of the random-number time) or bernoulli (torch's F.dropout, one draw per element; the same "
+                    "distribution); ",
     "kind_weights": "data mix by the kind of each pair (train_kinds.txt of `aiayn data debian`): none (every pair "
                     "once), default (the datasheet's weights) or kind=weight,... e.g. ding=1,ui=1,documentation=1,"
                     "narrative=2,everyday=3; a pair is repeated upsample x weight times per epoch, a fractional part "
@@ -117,6 +121,8 @@ def resolve_config(given: dict[str, Any], stored: dict[str, Any] | None) -> Trai
         raise ValueError(f"--lr-decay must be one of {', '.join(LR_DECAYS)}, got {base['lr_decay']!r}")
     if base["adam_impl"] not in ADAM_IMPLS:
         raise ValueError(f"--adam-impl must be one of {', '.join(ADAM_IMPLS)}, got {base['adam_impl']!r}")
+    if base["dropout_impl"] not in DROPOUT_IMPLS:
+        raise ValueError(f"--dropout-impl must be one of {', '.join(DROPOUT_IMPLS)}, got {base['dropout_impl']!r}")
     parse_kind_weights(base["kind_weights"])  # a malformed spec is refused here (DataMixError is a ValueError)
     if not 0 < float(base["tag_lr_scale"]) < float("inf"):
         raise ValueError(f"--tag-lr-scale must be a positive number, got {base['tag_lr_scale']}")

@@ -67,7 +67,7 @@ RECIPES: dict[str, dict[str, Any]] = {
              "valid_bleu_sentences": 2, "save_every": 6, "keep": 3, "max_len": 48},
 }
 #: training fields a warm start leaves to `aiayn train`'s own choice on this machine (see :func:`recipe_flags`)
-MACHINE_FIELDS = frozenset({"amp_cpu", "threads", "pad_multiple", "adam_impl", "amp", "compile"})
+MACHINE_FIELDS = frozenset({"amp_cpu", "threads", "pad_multiple", "adam_impl", "dropout_impl", "amp", "compile"})
 #: model fields not passed to ``aiayn train --set`` (the vocabulary size comes from spm.model, the preset by name)
 NOT_SET = ("vocab_size", "preset_name")
 #: exit codes

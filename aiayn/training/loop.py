@@ -27,6 +27,7 @@ from .. import calls
 from ..decoding import beam_search
 from ..files import atomic_copy, atomic_write_text
 from ..model.config import TransformerConfig
+from ..model.dropout import DROPOUT_IMPLS, set_dropout_impl
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
@@ -203,7 +204,9 @@ def _build_model(tc: TrainConfig, tokenizer, device: torch.device) -> tuple[Tran
         overrides.update(domain_tags=tuple(domains), domain=next(iter(domains)))
     cfg = TransformerConfig.preset(tc.preset, **overrides)
     torch.manual_seed(tc.seed)
-    return cfg, Transformer(cfg).to(device)
+    model = Transformer(cfg).to(device)
+    set_dropout_impl(model, tc.dropout_impl)  # how its dropout draws masks on a CPU (aiayn.model.dropout)
+    return cfg, model
 
 
 def _start_or_resume(tc: TrainConfig, run: _Run, *, resume: bool, log) -> bool:
@@ -532,8 +535,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
         FileExistsError: ``resume`` is False and ``run_dir`` already holds saved states (a fresh start would
             overwrite the run's metrics and mix its states with the new ones).
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
-        ValueError: ``tc.pad_multiple`` < 1, ``tc.prefetch`` < 0 or an unknown ``tc.adam_impl`` (before anything
-            is written).
+        ValueError: ``tc.pad_multiple`` < 1, ``tc.prefetch`` < 0, an unknown ``tc.adam_impl`` or ``tc.dropout_impl``
+            (before anything is written).
         DataMixError (a ValueError): ``tc.kind_weights`` or ``tc.domain_tags`` this data folder cannot give (before
             anything is written; :func:`.loader.kind_mix`, :func:`.loader.domain_index`).
 
@@ -541,7 +544,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     from a loader thread (:class:`.loader.BatchLoader`, ``tc.prefetch`` steps ahead, widths rounded up to
     ``tc.pad_multiple``); a step reads nothing back from the device (the loss is read once per metrics record;
     under DDP the ``max_minutes`` stop is agreed on at those records only). Adam as ``tc.adam_impl`` (fused by
-    default, :func:`make_optimizer`); the forward pass in bf16 where :func:`autocast_for` says so.
+    default, :func:`make_optimizer`); the forward pass in bf16 where :func:`autocast_for` says so; dropout's masks on a CPU
+    as ``tc.dropout_impl`` (:mod:`aiayn.model.dropout`).
 
     The run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object per log line: step,
     epoch, train_loss, valid_loss, valid_bleu, lr, tokens_per_s, wall_time), ``step_*/`` states and, with
@@ -551,6 +555,8 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     """
     if (tc.pad_multiple is not None and tc.pad_multiple < 1) or tc.prefetch < 0:
         raise ValueError(f"pad_multiple must be >= 1 and prefetch >= 0, got {tc.pad_multiple} and {tc.prefetch}")
+    if tc.dropout_impl not in DROPOUT_IMPLS:
+        raise ValueError(f"dropout_impl must be one of {', '.join(DROPOUT_IMPLS)}, got {tc.dropout_impl!r}")
     device = setup_distributed()
     tc = _resolved_threads(tc, device, resume=resume)
     if tc.threads > 0:

@@ -219,6 +219,7 @@ class TrainConfig:
     residual_init_scale: float = 1.0  # x on W_V, W_O, W_2 at a fresh start (1 = plain Xavier; scale_residual_init)
     token_cache: str = ""  # token id cache folder; "" = {data_dir}/cache, "off" = tokenise in memory every start
     adam_impl: str = "fused"  # Adam's implementation: "fused", "foreach" or "loop" (ADAM_IMPLS; the same update rule)
+    dropout_impl: str = "words"  # dropout's mask on a CPU: "words" (16-bit thresholds) or "bernoulli" (model.dropout)
     kind_weights: str = "none"  # data mix by train_kinds.txt: "none", "default" (datasheet) or "ding=1,narrative=2,..."
     lr_decay: str = "none"  # on top of Equation 3: "none", or "linear" to zero at max_steps (noam_lr; a cooldown)
     bidirectional: bool = False  # every pair both ways, the decoder started by the target's language tag (mBART, NLLB)
