@@ -55,7 +55,8 @@ def keep_noise(shape: torch.Size | tuple[int, ...], p: float, *, dtype: torch.dt
     words.random_(-(1 << 63), None, generator=generator)  # the full 64-bit range: every 16-bit lane uniform
     lanes = words.view(torch.int16)[:n].view(shape)
     threshold = round(p * _RANGE) - _RANGE // 2  # int16 lanes run from -32768: keep the top (1 - p) of them
-    return (lanes >= threshold).to(dtype).mul_(1.0 / (1.0 - rounded_p(p)))
+    kept = torch.tensor(1.0 / (1.0 - rounded_p(p)), dtype=dtype, device=device)
+    return torch.where(lanes >= threshold, kept, torch.zeros((), dtype=dtype, device=device))  # one pass, in dtype
 
 
 class Dropout(nn.Module):
