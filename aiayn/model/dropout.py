@@ -5,7 +5,7 @@ CPU about 6 ms for one ``(4080, 256)`` activation, 7 % of a training step of the
 "Session 38"). :class:`Dropout` draws one 64-bit random word per four elements instead and keeps an element when its
 16-bit quarter of the word is at or above ``p`` of the 16-bit range, so ``p`` is rounded to a multiple of 1/65,536
 (0.1 -> 0.100006) and the kept elements are scaled by ``1 / (1 - p)`` of that rounded ``p`` (the output's expectation
-is the input's, as in inverted dropout). Same distribution of masks, about a sixth of the random-number time.
+is the input's, as in inverted dropout). Same distribution of masks, about a seventh of the random-number time.
 
 The way is a module attribute (``impl``), set once when a model is built for training (:func:`set_dropout_impl`),
 never per call: ``"words"`` (the default; on a CPU outside ``torch.compile``), ``"bernoulli"`` (``F.dropout``, the

@@ -66,7 +66,7 @@ FLAG_HELP = {
                "does not account for, decided at the start and stored with the run); ",
     "adam_impl": "Adam's implementation: fused (one kernel per parameter), foreach or loop (same update rule); ",
     "dropout_impl": "how dropout draws its mask on a CPU: words (four 16-bit thresholds per 64-bit random word, about "
-                    "a sixth of the random-number time) or bernoulli (torch's F.dropout, one draw per element; the same "
+                    "a seventh of the random-number time) or bernoulli (torch's F.dropout, one draw per element; the same "
                     "distribution); ",
     "kind_weights": "data mix by the kind of each pair (train_kinds.txt of `aiayn data debian`): none (every pair "
                     "once), default (the datasheet's weights) or kind=weight,... e.g. ding=1,ui=1,documentation=1,"
