@@ -328,3 +328,23 @@ def test_the_default_loop_is_timed_on_the_threads_it_decides_before_the_benchmar
     res = trainer.measure_speedup({"run_dir": "/tmp/x/run", "threads": 2}, rounds=2)
     assert seen == [("old0", 2), ("new0", 2), ("new1", 2), ("old1", 2)]
     assert res["speedup"] == 2.0 and res["peak_share"] == 2000.0 * 50e6 / 1e9 / 400.0
+
+
+def test_the_trainer_groups_old_loop_trains_as_the_loop_did_before_the_speed_work(tiny_data, tmp_path):
+    """The speed-up rows divide by :data:`benchmarks.trainer.OLD_CPU_LOOP`: a run with it must store (and so have
+    trained with) float32, per-tensor Adam, widths x8 and ``F.dropout``, whatever the defaults have become since."""
+    import json
+
+    from benchmarks import trainer
+
+    spec = {"data_dir": str(tiny_data), "run_dir": str(tmp_path / "old"), "device": "cpu", "preset": "tiny",
+            "overrides": {"dropout": 0.1}, "max_tokens": 256, "steps": 2, "log_every": 1, "threads": 1,
+            "recipe": trainer.OLD_CPU_LOOP}
+    out = trainer.measure_loop(spec)
+    stored = json.loads((tmp_path / "old" / "train_config.json").read_text())
+    assert out["tokens_per_s"] > 0 and out["amp_cpu"] is False
+    assert (stored["amp_cpu"], stored["adam_impl"], stored["pad_multiple"], stored["dropout_impl"]) == (False, "loop", 8, "bernoulli")
+    defaults = trainer.measure_loop(dict(spec, run_dir=str(tmp_path / "new"), recipe={}))
+    new = json.loads((tmp_path / "new" / "train_config.json").read_text())
+    assert defaults["tokens_per_s"] > 0
+    assert (new["adam_impl"], new["dropout_impl"]) == ("fused", "words") and new["pad_multiple"] != 8
