@@ -32,17 +32,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def _written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
-    """Equation 1 as two matmuls and a softmax, ``(B, H, T, d_k)`` -> ``(B, H, T, d_v)`` in the inputs' dtype. Masked
-    scores get the dtype's lowest finite value, not -inf, so a row with no key is uniform instead of NaN (its output
-    is then zeroed by the caller, and no NaN reaches the backward pass)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+def _written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                 dropout_p: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Equation 1 as two matmuls and a softmax (in float32): ``(output (B, H, T, d_v), weights (B, H, T, S), scores
+    (B, H, T, S))``, output and weights in the inputs' dtype, scores before masking. Masked scores get the lowest
+    finite value, not -inf, so a row with no key is uniform instead of NaN before it is zeroed, and no NaN reaches a
+    backward pass (training, attribution). The capture path and the CPU bf16 fast path both compute it here."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
     if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, v)
+        masked = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(masked.float(), dim=-1).to(q.dtype)
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with no key attends to nothing
+    else:
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    return torch.matmul(dropped, v), weights, scores
 
 
 @dataclass
@@ -89,7 +93,6 @@ def scaled_dot_product_attention(
     """
     if mask is not None and mask.dtype != torch.bool:
         raise ValueError(f"attention masks are bool tensors (True = may attend), got {mask.dtype}")
-    d_k = q.size(-1)
     if not (need_weights or need_scores):
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
             # CPU bf16 autocast (training): torch's CPU flash-attention kernel is several times slower forward and backward
@@ -99,7 +102,7 @@ def scaled_dot_product_attention(
             # ("Session 38"). Autocast lists matmul and SDPA among its bf16 operators, so it is switched off around
             # the call or it would cast the inputs back.
             with torch.autocast("cpu", enabled=False):
-                out = _written_out(q.float(), k.float(), v.float(), mask, dropout_p).to(q.dtype)
+                out = _written_out(q.float(), k.float(), v.float(), mask, dropout_p)[0].to(q.dtype)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         if mask is not None:
@@ -109,16 +112,7 @@ def scaled_dot_product_attention(
             out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         return AttentionOutput(out)
 
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
-    if mask is not None:
-        masked = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(masked.float(), dim=-1).to(q.dtype)
-        # A fully masked row is softmax(-inf, ..., -inf) = NaN: such rows attend to nothing.
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    else:
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
-    out = torch.matmul(dropped, v)
+    out, weights, scores = _written_out(q, k, v, mask, dropout_p)
     return AttentionOutput(out, weights, scores if need_scores else None)
 
 

@@ -25,6 +25,12 @@ _LANES = 4  # 16-bit thresholds per 64-bit random word
 _RANGE = 1 << 16
 
 
+def _check_p(p: float) -> float:
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p!r}")
+    return float(p)
+
+
 def rounded_p(p: float) -> float:
     """The drop probability the ``"words"`` way realises for ``p``: ``round(p * 65536) / 65536``."""
     return round(p * _RANGE) / _RANGE
@@ -46,8 +52,7 @@ def keep_noise(shape: torch.Size | tuple[int, ...], p: float, *, dtype: torch.dt
     Raises:
         ValueError: ``p`` outside ``[0, 1)``.
     """
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p!r}")
+    _check_p(p)
     n = 1
     for size in shape:
         n *= int(size)
@@ -72,11 +77,9 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float = 0.1, impl: str = "words") -> None:
         super().__init__()
-        if not 0.0 <= float(p) < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p!r}")
         if impl not in DROPOUT_IMPLS:
             raise ValueError(f"dropout impl must be one of {DROPOUT_IMPLS}, got {impl!r}")
-        self.p = float(p)
+        self.p = _check_p(p)
         self.impl = impl
 
     def forward(self, x: Tensor) -> Tensor:

@@ -27,7 +27,7 @@ from .. import calls
 from ..decoding import beam_search
 from ..files import atomic_copy, atomic_write_text
 from ..model.config import TransformerConfig
-from ..model.dropout import DROPOUT_IMPLS, set_dropout_impl
+from ..model.dropout import set_dropout_impl
 from ..model.transformer import Transformer
 from ..tokenizer import Tokenizer
 from .history import AttentionRecorder
@@ -536,7 +536,7 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
             overwrite the run's metrics and mix its states with the new ones).
         WarmStartError: ``tc.init_from`` cannot start this run (see :func:`.state.init_weights_from`).
         ValueError: ``tc.pad_multiple`` < 1, ``tc.prefetch`` < 0, an unknown ``tc.adam_impl`` or ``tc.dropout_impl``
-            (before anything is written).
+            (the model's :func:`aiayn.model.dropout.set_dropout_impl`; before anything is written).
         DataMixError (a ValueError): ``tc.kind_weights`` or ``tc.domain_tags`` this data folder cannot give (before
             anything is written; :func:`.loader.kind_mix`, :func:`.loader.domain_index`).
 
@@ -555,8 +555,6 @@ def train(tc: TrainConfig, *, resume: bool = False, log=print) -> Path:
     """
     if (tc.pad_multiple is not None and tc.pad_multiple < 1) or tc.prefetch < 0:
         raise ValueError(f"pad_multiple must be >= 1 and prefetch >= 0, got {tc.pad_multiple} and {tc.prefetch}")
-    if tc.dropout_impl not in DROPOUT_IMPLS:
-        raise ValueError(f"dropout_impl must be one of {', '.join(DROPOUT_IMPLS)}, got {tc.dropout_impl!r}")
     device = setup_distributed()
     tc = _resolved_threads(tc, device, resume=resume)
     if tc.threads > 0:
