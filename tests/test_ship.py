@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.evaluation.devsets import DEVSETS_DIR as DEVSETS
 from aiayn.training import shipping
+from aiayn.training.continuous import devset_digests
 
 SETS = ("test", "dev/short", "dev/long", "dev/classic")
 
@@ -38,9 +40,10 @@ def _checkpoint(folder: Path, weights: bytes, parent: Path | None = None) -> Pat
 
 
 def _judged(out: Path, against: Path, *, beats: bool = True, interp: bool = True, card: int = 0,
-            record_sha: bool = True, weights: bytes = b"child") -> Path:
+            record_sha: bool = True, weights: bytes = b"child", devsets: dict | None = None) -> Path:
     """``out/verdict.json`` of a train-on call judged against ``against``, with ``out/candidate`` (which loses)
-    and, with ``interp``, ``out/interp-0.5`` (``beats``); returns the folder the verdict says beats (or would)."""
+    and, with ``interp``, ``out/interp-0.5`` (``beats``); returns the folder the verdict says beats (or would).
+    ``devsets``: the sets it records having been judged on (default: the repository's as they are now)."""
     cand = _checkpoint(out / "candidate", weights + b"-avg", against)
     chosen = _checkpoint(out / "interp-0.5", weights, against) if interp else cand
     report = {"beats": (not interp) and beats, "candidate": str(cand), "shipped": str(against),
@@ -48,6 +51,7 @@ def _judged(out: Path, against: Path, *, beats: bool = True, interp: bool = True
               "shipped_evals": {"dev": str(against / "eval_dev.json")}}
     if record_sha:
         report["shipped_sha256"] = hashlib.sha256((against / "model.safetensors").read_bytes()).hexdigest()
+        report["devsets"] = devset_digests(DEVSETS) if devsets is None else devsets
     if interp:
         report["interpolation"] = {"checkpoint": str(chosen), "beats": beats, "scores": _scores(21.0 if beats else 19.0),
                                    "stages": {"card": card}}
@@ -133,13 +137,48 @@ def test_an_older_verdict_is_matched_by_its_evaluations_sha(repo):
     is gone) the model_sha256 its development-set evaluation recorded, says which weights were judged."""
     chosen = _judged(repo["cache"] / "out", repo["copy"], record_sha=False)
     sha = hashlib.sha256(b"parent").hexdigest()
-    (repo["copy"] / "eval_dev.json").write_text(json.dumps({"model_sha256": sha}))
+    sets = {n: {"sha256": d} for n, d in devset_digests(DEVSETS).items()}
+    (repo["copy"] / "eval_dev.json").write_text(json.dumps({"model_sha256": sha, "sets": sets}))
     assert shipping.judged_chain(chosen, repo["target"])[0]["against_sha256"] == sha
     (repo["copy"] / "model.safetensors").unlink()
     assert shipping.judged_chain(chosen, repo["target"])[0]["against_sha256"] == sha
-    (repo["copy"] / "eval_dev.json").write_text(json.dumps({"model_sha256": "another"}))
+    (repo["copy"] / "eval_dev.json").write_text(json.dumps({"model_sha256": "another", "sets": sets}))
     with pytest.raises(shipping.ShipRefused, match="whose weights are not"):
         shipping.judged_chain(chosen, repo["target"])
+
+
+def test_a_verdict_on_other_development_sets_than_todays_is_refused(repo, tmp_path):
+    """A background run judges on the sets of the code it started with; when a set has changed since (session 39 grew
+    the classic set while a chain was running), its verdict says nothing about today's sets: refused, naming the set,
+    and nothing written. The same verdict ships when the sets it names are today's (a copy of the sets with the
+    classic file edited stands for the repository after the edit)."""
+    import shutil
+
+    chosen = _judged(repo["cache"] / "out", repo["copy"])
+    edited = tmp_path / "devsets"
+    shutil.copytree(DEVSETS, edited)
+    with (edited / "classic.tsv").open("a", encoding="utf-8") as f:
+        f.write("The ship sails at dawn.\tDas Schiff legt im Morgengrauen ab.\n")
+    before = _digest(repo["target"])
+    with pytest.raises(shipping.ShipRefused, match=r"another version of the development set\(s\) classic\.tsv than"):
+        shipping.ship_judged(chosen, repo["target"], repo["repo"], devsets=edited)
+    assert _digest(repo["target"]) == before
+    shipping.ship_judged(chosen, repo["target"], repo["repo"], devsets=DEVSETS)  # judged on these: ships
+    assert (repo["target"] / "model.safetensors").read_bytes() == b"child"
+
+
+def test_a_verdict_that_cannot_name_its_development_sets_is_refused(repo):
+    """An old verdict without ``devsets`` whose shipped-side evaluation is gone (or names no sets) cannot say what
+    it was judged on: refused rather than trusted."""
+    chosen = _judged(repo["cache"] / "out", repo["copy"])
+    path = repo["cache"] / "out" / "verdict.json"
+    report = json.loads(path.read_text())
+    del report["devsets"]
+    path.write_text(json.dumps(report))
+    before = _digest(repo["target"])
+    with pytest.raises(shipping.ShipRefused, match="does not say which development sets"):
+        shipping.ship_judged(chosen, repo["target"], repo["repo"])
+    assert _digest(repo["target"]) == before
 
 
 def test_cli_says_what_it_did_and_refuses_with_exit_2(repo, capsys):

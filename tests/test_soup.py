@@ -2,6 +2,7 @@
 (uniform), or the ones a held-out score keeps (greedy, Recipe 1), with a meta that the model card and lineage state."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -152,6 +153,8 @@ def test_a_greedy_soup_is_chosen_on_valid_and_judged_like_a_candidate(tmp_path, 
     assert all((i / "eval_valid.json").is_file() for i in ingredients)  # each ingredient scored on valid
     report = json.loads((tmp_path / "soup.work" / "verdict.json").read_text())
     assert set(report["scores"]["candidate"]) == {"test", "dev/short", "dev/long", "dev/classic"}
+    assert report["devsets"] == {n: hashlib.sha256((w["dev"] / f"{n}.tsv").read_bytes()).hexdigest()
+                                 for n in ("short", "long", "classic")}
     assert report["record"]["method"] == "greedy" and len(report["record"]["scores"]) == 2
     assert report["stages"]["card"] == 0 and report["stages"]["general"] == 0
     assert json.loads((out / "eval_test_general.json").read_text())["n_sentences"] == 3

@@ -99,6 +99,9 @@ def test_warm_start_when_the_run_is_missing(world, warm):
     assert r["nice"] == 19
     assert "warm start from" in warm["proc"].stdout
     assert set(r["scores"]["candidate"]) == set(r["scores"]["shipped"]) == {"test", "dev/short", "dev/long", "dev/classic"}
+    # the sets it was judged on, by the bytes of their files (what `aiayn ship` compares with today's)
+    assert r["devsets"] == {n: hashlib.sha256((world["dev"] / f"{n}.tsv").read_bytes()).hexdigest()
+                            for n in ("short", "long", "classic")}
     assert r["beats"] == verdict(r["scores"]["candidate"], r["scores"]["shipped"])["beats"]
     line = "candidate beats shipped" if r["beats"] else "candidate does not beat shipped"
     assert line in warm["proc"].stdout

@@ -544,19 +544,29 @@ def _fresh_test_eval(path: Path, ckpt: Path, test_file: Path) -> bool:
         and all(ev_meta.get(k) == meta.get(k) for k in IDENTITY)
 
 
-def _fresh_dev_eval(path: Path, ckpt: Path, devsets: Path, direction: str) -> bool:
-    """Whether an ``aiayn evaluate-dev`` JSON scored these weights (``model.safetensors``' SHA-256) on the current
-    files of every set in ``devsets`` in ``direction``."""
+def devset_digests(devsets: Path) -> dict[str, str]:
+    """``{set name: SHA-256 of its file}`` for every development set in ``devsets`` (:data:`SET_NAMES`): what a
+    verdict records as the sets it was judged on, and what ``aiayn ship`` compares with the sets of today.
+
+    Raises:
+        FileNotFoundError: a set's file is missing.
+    """
     from ..evaluation.devsets import SET_NAMES
     from ..files import sha256_file
 
+    return {n: sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES}
+
+
+def _fresh_dev_eval(path: Path, ckpt: Path, devsets: Path, direction: str) -> bool:
+    """Whether an ``aiayn evaluate-dev`` JSON scored these weights (``model.safetensors``' SHA-256) on the current
+    files of every set in ``devsets`` in ``direction``."""
     try:
         ev = _read_json(path)
     except BadInput:
         return False
     sets = ev.get("sets") or {}
     return direction in (ev.get("scores") or {}) and ev.get("model_sha256") == weights_sha256(ckpt) \
-        and all((sets.get(n) or {}).get("sha256") == sha256_file(devsets / f"{n}.tsv") for n in SET_NAMES)
+        and all((sets.get(n) or {}).get("sha256") == sha for n, sha in devset_digests(devsets).items())
 
 
 def side_evals(ckpt: Path, work: Path, data: Path, devsets: Path, direction: str, device: str) -> dict[str, Path]:
@@ -693,7 +703,8 @@ def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], da
     changed and how likely each difference is by chance (``"paired"``, :func:`paired_comparison`).
 
     Returns:
-        the verdict plus ``"scores"`` (this checkpoint's) and ``"stages"`` (exit code of each stage run).
+        the verdict plus ``"scores"`` (this checkpoint's), ``"devsets"`` (:func:`devset_digests`: the sets it was
+        judged on) and ``"stages"`` (exit code of each stage run).
     """
     from ..alignment_eval import cli_main as align_main
     from ..attribution_eval import cli_main as attribution_main
@@ -717,7 +728,7 @@ def judge_checkpoint(path: Path, shipped_scores: dict[str, dict[str, float]], da
         stages["align"] = run_stage("align", align_main, align_argv(path, data, "cpu"))
         stages["attribution"] = run_stage("attribution", attribution_main, attribution_argv(path, "cpu"))
         stages["sweep"] = run_stage("sweep", sweep_main, ["--checkpoint", str(path), "--device", "cpu"])
-    return {**v, "scores": scores, "stages": stages}
+    return {**v, "scores": scores, "devsets": devset_digests(devsets), "stages": stages}
 
 
 def _judge_interpolation(plan: dict[str, Any], args: argparse.Namespace, out: Path, report: dict[str, Any],
@@ -962,7 +973,7 @@ def _judge(plan: dict[str, Any], args: argparse.Namespace, out: Path, shipped: P
     v = verdict(cand_scores, ship_scores)
     v["paired"] = paired_comparison(ship_evals, cand_evals, Path(plan["data"]), devsets, args.direction)
     report = {**v, "direction": args.direction, "candidate": str(cand), "shipped": str(shipped), "run": str(plan["run"]),
-              "shipped_sha256": weights_sha256(shipped),
+              "shipped_sha256": weights_sha256(shipped), "devsets": devset_digests(devsets),
               "resumed": plan["resume"], "recipe": plan["recipe"], "added": added, "nice": os.nice(0),
               "processes": plan.get("processes", 1),
               "seconds": seconds,

@@ -10,7 +10,9 @@ higher on the Ding test split *and* on every development set. ``aiayn train-on``
    candidate (a climb, ``train-on --climb``, in which each round starts from the last winner), its own verdict is
    followed, and so on, until a folder whose weights are the target's (``model.safetensors`` by SHA-256): strict
    "higher on every set" is transitive, so the last candidate beats the target. A verdict that judged other weights
-   than the target holds (the target moved since, or it was judged against another model) is refused.
+   than the target holds (the target moved since, or it was judged against another model) is refused, and so is one
+   judged on other development sets than today's (a set edited or grown since, as the classic set was in session 39,
+   while a background run judged on the copy of the code it started with), or on sets it cannot name.
 2. **The copy.** :func:`aiayn.training.continuous.ship` (atomic; the shipped IBM Model 1 baseline kept), without the
    candidate's ``eval_valid.json`` (the valid split chose the interpolation weight; the shipped folder carries the
    test split's and the development sets' evaluations).
@@ -31,11 +33,13 @@ from typing import Any
 
 from ..checkpoint_format import weights_sha256
 from ..lineage import short_path
-from .continuous import REPO, ship
+from .continuous import REPO, devset_digests, ship
 from .continuous import _json_or_empty as _read_json
 
 #: the files of a shipped checkpoint that may name the folder a candidate started from
 TEXT_FILES = ("config.json", "MODEL_CARD.md", "eval_test.json", "eval_test_general.json", "eval_dev.json")
+#: how to judge a checkpoint again (a soup of one ingredient is that checkpoint as it is)
+_REJUDGE = "`aiayn soup {here} --out DIR --judge --data DATA` (a soup of one is the checkpoint as it is)"
 #: a climb longer than this is a loop of verdicts, not a climb
 MAX_LINKS = 50
 
@@ -68,10 +72,24 @@ def _judged_against_sha(report: dict[str, Any], against: Path) -> str | None:
     return sha
 
 
+def _judged_on_devsets(report: dict[str, Any]) -> dict[str, str] | None:
+    """``{set name: SHA-256}`` of the development sets the verdict ``report`` was judged on: as recorded
+    (``devsets``, written since session 39), else the sets the shipped side's development-set evaluation it names
+    recorded (both sides are scored on the same files), else None (unknown)."""
+    if isinstance(report.get("devsets"), dict):
+        return report["devsets"]
+    dev = (report.get("shipped_evals") or {}).get("dev")
+    sets = _read_json(Path(dev)).get("sets") if dev else None
+    if not isinstance(sets, dict) or not sets:
+        return None
+    return {name: (s or {}).get("sha256") for name, s in sets.items()}
+
+
 def verdict_link(candidate: Path) -> dict[str, Any]:
     """What ``<candidate>/../verdict.json`` says of ``candidate``: ``{"candidate", "against" (Path), "against_sha256",
-    "beats", "carded", "scores", "against_scores", "verdict_file"}``, for the plain candidate (``<out>/candidate``) or
-    the interpolation the verdict chose (``<out>/interp-W``).
+    "beats", "carded", "scores", "against_scores", "devsets", "verdict_file"}``, for the plain candidate
+    (``<out>/candidate``) or the interpolation the verdict chose (``<out>/interp-W``); ``devsets``:
+    :func:`_judged_on_devsets`.
 
     Raises:
         ShipRefused: no verdict beside it, or one that does not name it.
@@ -83,7 +101,8 @@ def verdict_link(candidate: Path) -> dict[str, Any]:
                           "judged can be shipped")
     against = Path(report.get("shipped", "")).expanduser()
     link = {"candidate": candidate, "against": against, "against_sha256": _judged_against_sha(report, against),
-            "against_scores": (report.get("scores") or {}).get("shipped") or {}, "verdict_file": vfile}
+            "against_scores": (report.get("scores") or {}).get("shipped") or {}, "devsets": _judged_on_devsets(report),
+            "verdict_file": vfile}
     interp = report.get("interpolation") or {}
     if _same(report.get("candidate"), candidate):
         stage = _read_json(candidate.parent / "finish_status.json").get("card", 0)
@@ -96,17 +115,20 @@ def verdict_link(candidate: Path) -> dict[str, Any]:
                       + (f" and {interp['checkpoint']}" if interp.get("checkpoint") else "") + ")")
 
 
-def judged_chain(candidate: Path, target: Path) -> list[dict[str, Any]]:
+def judged_chain(candidate: Path, target: Path, devsets: Path | None = None) -> list[dict[str, Any]]:
     """The verdicts from ``candidate`` back to weights equal to ``target``'s (:func:`verdict_link` each; the first
-    is the candidate's own, the last judged against the target's weights).
+    is the candidate's own, the last judged against the target's weights), each judged on the development sets in
+    ``devsets`` as they are now (default: the repository's ``assets/devsets``).
 
     Raises:
-        ShipRefused: a link that did not beat, has no card, or was judged against weights that are neither the
-            target's nor another judged candidate's; a chain of more than :data:`MAX_LINKS`.
+        ShipRefused: a link that did not beat, has no card, was judged against weights that are neither the
+            target's nor another judged candidate's, or on development sets other than today's (or on sets it does
+            not name); a chain of more than :data:`MAX_LINKS`.
     """
     target_sha = _weights_sha(target)
     if target_sha is None:
         raise ShipRefused(f"{target} holds no model.safetensors to replace")
+    today = devset_digests(devsets if devsets is not None else REPO / "assets" / "devsets")
     chain: list[dict[str, Any]] = []
     here = candidate
     while len(chain) < MAX_LINKS:
@@ -115,6 +137,15 @@ def judged_chain(candidate: Path, target: Path) -> list[dict[str, Any]]:
             raise ShipRefused(f"{here} did not beat {link['against']} on every set ({link['verdict_file']}): nothing to ship")
         if not link["carded"]:
             raise ShipRefused(f"{here} beat {link['against']} but has no model card; run `aiayn card {here}` first")
+        if link["devsets"] is None:
+            raise ShipRefused(f"{link['verdict_file']} does not say which development sets it was judged on (and the "
+                              "shipped side's evaluation it names is gone): judge it again, e.g. "
+                              f"{_REJUDGE.format(here=here)}")
+        changed = sorted(n for n in today if link["devsets"].get(n) != today[n])
+        if changed:
+            raise ShipRefused(f"{here} was judged on another version of the development set(s) "
+                              f"{', '.join(f'{n}.tsv' for n in changed)} than today's ({link['verdict_file']}): judge it "
+                              f"again on today's sets, e.g. {_REJUDGE.format(here=here)}")
         chain.append(link)
         if link["against_sha256"] == target_sha:
             return chain
@@ -156,15 +187,16 @@ def rename_parent(folder: Path, parent: Path, name: str) -> list[str]:
     return changed
 
 
-def ship_judged(candidate: Path, target: Path, repo: Path, *, dry_run: bool = False) -> dict[str, Any]:
-    """Ship ``candidate`` over ``target`` after :func:`judged_chain`; returns ``{"chain", "name", "renamed"}``
-    (``renamed``: the files whose parent path was rewritten, :func:`rename_parent`). With ``dry_run`` nothing is
-    written.
+def ship_judged(candidate: Path, target: Path, repo: Path, *, dry_run: bool = False,
+                devsets: Path | None = None) -> dict[str, Any]:
+    """Ship ``candidate`` over ``target`` after :func:`judged_chain` (on the development sets in ``devsets``, default
+    the repository's); returns ``{"chain", "name", "renamed"}`` (``renamed``: the files whose parent path was
+    rewritten, :func:`rename_parent`). With ``dry_run`` nothing is written.
 
     Raises:
         ShipRefused: what :func:`judged_chain` refuses.
     """
-    chain = judged_chain(candidate, target)
+    chain = judged_chain(candidate, target, devsets)
     name = target_name(target, repo)
     renamed: list[str] = []
     if not dry_run:
@@ -185,7 +217,8 @@ def cli_main(argv: list[str]) -> int:
     refused (nothing written)."""
     ap = argparse.ArgumentParser(prog="aiayn ship", description="Copy a candidate that `aiayn train-on` judged better "
                                  "than the shipped checkpoint (on the test split and every development set) over it. "
-                                 "Refuses a candidate without such a verdict, or one judged against other weights.")
+                                 "Refuses a candidate without such a verdict, or one judged against other weights "
+                                 "or on other development sets than today's.")
     ap.add_argument("candidate", help="<out>/candidate or <out>/interp-W of an `aiayn train-on` call")
     ap.add_argument("--to", default=None, help="the shipped folder (default: checkpoints/<direction of the candidate>)")
     ap.add_argument("--dry-run", action="store_true", help="check the verdicts and say what would happen; write nothing")
