@@ -82,7 +82,7 @@ def _judged_on_devsets(report: dict[str, Any]) -> dict[str, str] | None:
     sets = _read_json(Path(dev)).get("sets") if dev else None
     if not isinstance(sets, dict) or not sets:
         return None
-    return {name: (s or {}).get("sha256") for name, s in sets.items()}
+    return {name: s.get("sha256") if isinstance(s, dict) else None for name, s in sets.items()}
 
 
 def verdict_link(candidate: Path) -> dict[str, Any]:
