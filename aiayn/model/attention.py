@@ -101,10 +101,11 @@ def scaled_dot_product_attention(
             # matmuls and a softmax), which at training's 8-40 positions is faster than the float32 flash kernel too
             # ("Session 38"). Autocast lists matmul and SDPA among its bf16 operators, so it is switched off around
             # the call or it would cast the inputs back.
+            # _written_out already gives a row with no key zero weights, so its output row is 0.
             with torch.autocast("cpu", enabled=False):
                 out = _written_out(q.float(), k.float(), v.float(), mask, dropout_p)[0].to(q.dtype)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            return AttentionOutput(out)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         if mask is not None:
             # SDPA gives NaN for a row whose keys are all masked: make it 0, as the capture path does.
             # Always applied (a no-op when every row has a key): testing first (`if not rows.all()`) would
